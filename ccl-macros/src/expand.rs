@@ -1,0 +1,95 @@
+//! Expansion of `#[derive(Reduce)]`.
+
+use crate::attr::{field_override, FIELD_OPS};
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+
+/// Expands the derive, or returns every problem found as one combined error.
+pub fn derive(input: &syn::DeriveInput) -> syn::Result<TokenStream> {
+    let data = match &input.data {
+        syn::Data::Struct(s) => s,
+        syn::Data::Enum(e) => {
+            return Err(syn::Error::new(
+                e.enum_token.span,
+                "`#[derive(Reduce)]` needs a struct: an enum has values that are not valid for every bit pattern, so it cannot be reduced field-wise",
+            ))
+        }
+        syn::Data::Union(u) => {
+            return Err(syn::Error::new(
+                u.union_token.span,
+                "`#[derive(Reduce)]` needs a struct: a union has no fields to reduce one by one",
+            ))
+        }
+    };
+    if data.fields.is_empty() {
+        return Err(syn::Error::new(
+            input.ident.span(),
+            "`#[derive(Reduce)]` needs at least one field: a zero-sized element cannot be sent",
+        ));
+    }
+
+    let mut errors: Option<syn::Error> = None;
+    let mut fields = Vec::new();
+    for (i, f) in data.fields.iter().enumerate() {
+        let member = match &f.ident {
+            Some(id) => syn::Member::Named(id.clone()),
+            None => syn::Member::Unnamed(syn::Index::from(i)),
+        };
+        match field_override(f) {
+            Ok(op) => fields.push((member, f.ty.clone(), op)),
+            Err(e) => match &mut errors {
+                Some(all) => all.combine(e),
+                None => errors = Some(e),
+            },
+        }
+    }
+    if let Some(e) = errors {
+        return Err(e);
+    }
+
+    let name = &input.ident;
+    let (impl_g, ty_g, where_clause) = input.generics.split_for_impl();
+    let preds = where_clause
+        .map(|w| w.predicates.iter().collect::<Vec<_>>())
+        .unwrap_or_default();
+
+    // Every field must be Reduce; the bound sits on the field's own span so
+    // the compiler points at the field that is not.
+    let field_bounds = fields
+        .iter()
+        .map(|(_, ty, _)| quote_spanned!(ty.span()=> #ty: ::ccl::Reduce));
+    let reduce_impl = quote! {
+        // SAFETY: every field is `Reduce` (the bounds below), so the struct is
+        // plain data whose non-padding bytes are valid for any bit pattern.
+        unsafe impl #impl_g ::ccl::Reduce for #name #ty_g where #(#preds,)* #(#field_bounds,)* {
+            const NAME: &'static str = ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#name));
+        }
+    };
+
+    let op_impls = FIELD_OPS.iter().map(|(_, op)| {
+        let op = format_ident!("{}", op);
+        let per_field = fields.iter().map(|(member, ty, pinned)| {
+            let field_op = pinned.clone().unwrap_or_else(|| op.clone());
+            let bound = quote_spanned!(ty.span()=> ::ccl::#field_op: ::ccl::ReduceOp<#ty>);
+            let value = quote! { #member: <::ccl::#field_op as ::ccl::ReduceOp<#ty>>::combine(a.#member, b.#member) };
+            (bound, value)
+        });
+        let (bounds, values): (Vec<_>, Vec<_>) = per_field.unzip();
+        quote! {
+            impl #impl_g ::ccl::ReduceOp<#name #ty_g> for ::ccl::#op where #(#preds,)* Self: ::ccl::Op, #name #ty_g: ::ccl::Reduce, #(#bounds,)* {
+                #[inline]
+                fn combine(a: #name #ty_g, b: #name #ty_g) -> #name #ty_g {
+                    #name { #(#values,)* }
+                }
+            }
+        }
+    });
+
+    Ok(quote! {
+        const _: () = {
+            #reduce_impl
+            #(#op_impls)*
+        };
+    })
+}

@@ -1,0 +1,345 @@
+//! Recursive doubling and recursive halving-doubling (Rabenseifner), with
+//! the fold that handles rank counts that are not powers of two.
+//!
+//! ```text
+//!  fold (n = 6, p2 = 4, rem = 2):   0→1   2→3   4   5        even extras hand their data to the
+//!                                     1     3   4   5        odd neighbour and wait
+//!  doubling over p2 "new ranks":    [1  3  4  5]             distance 1, 2, ... : exchange with
+//!                                    ╰─╯  ╰─╯   then ╰────╯  new rank ^ distance
+//!  unfold:                          1→0   3→2                results go back to the extras
+//! ```
+
+use super::part::{exchange, recv_pieces, reg, send_pieces, split, Into};
+use super::schedule::{Buf, Region, Schedule, Step};
+use super::Params;
+use std::ops::Range;
+
+/// Rank roles when folding `n` ranks onto the largest power of two `p2 ≤ n`.
+#[derive(Clone, Copy, Debug)]
+pub struct Fold {
+    /// Ranks taking part in the doubling.
+    pub p2: usize,
+    /// `n - p2`: ranks `0..2*rem` pair up, the even one of each pair sits out.
+    pub rem: usize,
+}
+
+impl Fold {
+    /// The fold of `n` ranks.
+    pub fn new(n: usize) -> Self {
+        let p2 = if n == 0 {
+            1
+        } else {
+            1usize << (usize::BITS - 1 - n.leading_zeros())
+        };
+        Fold {
+            p2,
+            rem: n.saturating_sub(p2),
+        }
+    }
+    /// `Some(new rank)` for a participant, `None` for an extra that sits out.
+    pub fn newrank(&self, r: usize) -> Option<usize> {
+        if r < 2 * self.rem {
+            (r % 2 == 1).then_some(r / 2)
+        } else {
+            Some(r - self.rem)
+        }
+    }
+    /// The participant holding new rank `j`.
+    pub fn rank_of(&self, j: usize) -> usize {
+        if j < self.rem {
+            2 * j + 1
+        } else {
+            j + self.rem
+        }
+    }
+    /// First original rank whose data new rank `j` holds (`first(p2) = n`):
+    /// new ranks `a..b` hold the data of ranks `first(a)..first(b)`.
+    pub fn first(&self, j: usize) -> usize {
+        if j < self.rem {
+            2 * j
+        } else {
+            j + self.rem
+        }
+    }
+}
+
+/// The element ranges of blocks `b0..b1` (each `count` long) restricted to
+/// the channel's sub-range `sub` of every block: one range when the
+/// channel covers whole blocks, one per block otherwise.
+fn block_ranges(b0: usize, b1: usize, count: usize, sub: &Range<usize>) -> Vec<Range<usize>> {
+    if sub.start == 0 && sub.end == count {
+        vec![b0 * count..b1 * count]
+    } else {
+        (b0..b1)
+            .map(|b| b * count + sub.start..b * count + sub.end)
+            .collect()
+    }
+}
+
+fn regions(buf: Buf, rs: &[Range<usize>]) -> Vec<Region> {
+    rs.iter().map(|r| reg(buf, r)).collect()
+}
+
+/// Folds extras in (their data reduced into their partner's `Output`), or
+/// copies the input for ranks with no extra. Returns our new rank.
+fn fold_in(
+    ch: &mut Vec<Step>,
+    f: &Fold,
+    rank: usize,
+    range: &Range<usize>,
+    chunk: usize,
+) -> Option<usize> {
+    let nr = f.newrank(rank);
+    match nr {
+        None => send_pieces(ch, rank + 1, reg(Buf::Input, range), chunk),
+        Some(_) if rank < 2 * f.rem => {
+            exchange(
+                ch,
+                rank - 1,
+                &[],
+                &[reg(Buf::Input, range)],
+                chunk,
+                Into::ReduceTo(Buf::Output),
+            );
+        }
+        Some(_) => ch.push(Step::Copy {
+            src: reg(Buf::Input, range),
+            dst: reg(Buf::Output, range),
+        }),
+    }
+    nr
+}
+
+/// Hands the finished `Output` range back to the extras.
+fn fold_out(ch: &mut Vec<Step>, f: &Fold, rank: usize, range: &Range<usize>, chunk: usize) {
+    if rank < 2 * f.rem {
+        if rank % 2 == 1 {
+            send_pieces(ch, rank - 1, reg(Buf::Output, range), chunk);
+        } else {
+            recv_pieces(ch, rank + 1, reg(Buf::Output, range), chunk);
+        }
+    }
+}
+
+/// All-reduce by recursive doubling: log2(p2) exchanges of the whole vector.
+pub fn all_reduce_rd(p: &Params) -> Schedule {
+    let f = Fold::new(p.nranks);
+    let channels = split(0..p.count, p.channels)
+        .iter()
+        .map(|range| {
+            let mut ch = Vec::new();
+            if let Some(me) = fold_in(&mut ch, &f, p.rank, range, p.chunk) {
+                // distance 1, 2, 4, ...: exchange everything with new rank ^ distance
+                let mut mask = 1;
+                while mask < f.p2 {
+                    let peer = f.rank_of(me ^ mask);
+                    let all = [reg(Buf::Output, range)];
+                    exchange(&mut ch, peer, &all, &all, p.chunk, Into::Reduce);
+                    mask <<= 1;
+                }
+            }
+            fold_out(&mut ch, &f, p.rank, range, p.chunk);
+            ch
+        })
+        .collect();
+    Schedule {
+        channels,
+        scratch: 0,
+    }
+}
+
+/// All-reduce by recursive halving (a reduce-scatter over `p2` blocks)
+/// then recursive doubling (an all-gather), Rabenseifner's algorithm.
+pub fn all_reduce_rhd(p: &Params) -> Schedule {
+    let f = Fold::new(p.nranks);
+    let channels = split(0..p.count, p.channels)
+        .iter()
+        .map(|range| {
+            let mut ch = Vec::new();
+            if let Some(me) = fold_in(&mut ch, &f, p.rank, range, p.chunk) {
+                let blocks = split(range.clone(), f.p2);
+                let span = |a: usize, b: usize| blocks[a].start..blocks[b - 1].end;
+                // halving: distance p2/2, p2/4, ..., 1; keep the half holding `me`
+                let (mut lo, mut hi) = (0, f.p2);
+                let mut mask = f.p2 / 2;
+                while mask > 0 {
+                    let mid = lo + (hi - lo) / 2;
+                    let (keep, give) = if me & mask == 0 {
+                        ((lo, mid), (mid, hi))
+                    } else {
+                        ((mid, hi), (lo, mid))
+                    };
+                    let peer = f.rank_of(me ^ mask);
+                    let send = [reg(Buf::Output, &span(give.0, give.1))];
+                    let recv = [reg(Buf::Output, &span(keep.0, keep.1))];
+                    exchange(&mut ch, peer, &send, &recv, p.chunk, Into::Reduce);
+                    (lo, hi) = keep;
+                    mask /= 2;
+                }
+                // doubling: distance 1, 2, ...: swap finished ranges, doubling them
+                let mut mask = 1;
+                while mask < f.p2 {
+                    let mine = me & !(mask - 1);
+                    let theirs = (me ^ mask) & !(mask - 1);
+                    let peer = f.rank_of(me ^ mask);
+                    let send = [reg(Buf::Output, &span(mine, mine + mask))];
+                    let recv = [reg(Buf::Output, &span(theirs, theirs + mask))];
+                    exchange(&mut ch, peer, &send, &recv, p.chunk, Into::Copy);
+                    mask <<= 1;
+                }
+            }
+            fold_out(&mut ch, &f, p.rank, range, p.chunk);
+            ch
+        })
+        .collect();
+    Schedule {
+        channels,
+        scratch: 0,
+    }
+}
+
+/// All-gather by recursive doubling: the gathered range doubles each step.
+pub fn all_gather_rd(p: &Params) -> Schedule {
+    let f = Fold::new(p.nranks);
+    let (n, count, r) = (p.nranks, p.count, p.rank);
+    let channels = split(0..count, p.channels)
+        .iter()
+        .map(|sub| {
+            let mut ch = Vec::new();
+            let own_in = reg(Buf::Input, sub);
+            let own_out = Region::new(Buf::Output, r * count + sub.start, sub.len());
+            let all = regions(Buf::Output, &block_ranges(0, n, count, sub));
+            match f.newrank(r) {
+                None => {
+                    // an extra: hand our block to the partner, get everything back at the end
+                    send_pieces(&mut ch, r + 1, own_in, p.chunk);
+                    exchange(&mut ch, r + 1, &[], &all, p.chunk, Into::Copy);
+                }
+                Some(me) => {
+                    ch.push(Step::Copy {
+                        src: own_in,
+                        dst: own_out,
+                    });
+                    if r < 2 * f.rem {
+                        let theirs =
+                            Region::new(Buf::Output, (r - 1) * count + sub.start, sub.len());
+                        recv_pieces(&mut ch, r - 1, theirs, p.chunk);
+                    }
+                    let mut mask = 1;
+                    while mask < f.p2 {
+                        let mine = me & !(mask - 1);
+                        let theirs = (me ^ mask) & !(mask - 1);
+                        let held =
+                            |j: usize| block_ranges(f.first(j), f.first(j + mask), count, sub);
+                        let (send, recv) = (
+                            regions(Buf::Output, &held(mine)),
+                            regions(Buf::Output, &held(theirs)),
+                        );
+                        exchange(
+                            &mut ch,
+                            f.rank_of(me ^ mask),
+                            &send,
+                            &recv,
+                            p.chunk,
+                            Into::Copy,
+                        );
+                        mask <<= 1;
+                    }
+                    if r < 2 * f.rem {
+                        exchange(&mut ch, r - 1, &all, &[], p.chunk, Into::Copy);
+                    }
+                }
+            }
+            ch
+        })
+        .collect();
+    Schedule {
+        channels,
+        scratch: 0,
+    }
+}
+
+/// Reduce-scatter by recursive halving: each step sends away the half of
+/// the (partially reduced) vector that the peer's side keeps. Works in a
+/// scratch copy of the whole input.
+pub fn reduce_scatter_rh(p: &Params) -> Schedule {
+    let f = Fold::new(p.nranks);
+    let (n, count, r) = (p.nranks, p.count, p.rank);
+    let channels = split(0..count, p.channels)
+        .iter()
+        .map(|sub| {
+            let mut ch = Vec::new();
+            let blocks =
+                |a: usize, b: usize, buf: Buf| regions(buf, &block_ranges(a, b, count, sub));
+            let own_out = Region::new(Buf::Output, sub.start, sub.len());
+            match f.newrank(r) {
+                None => {
+                    // an extra: hand everything to the partner, get our block back
+                    exchange(
+                        &mut ch,
+                        r + 1,
+                        &blocks(0, n, Buf::Input),
+                        &[],
+                        p.chunk,
+                        Into::Copy,
+                    );
+                    recv_pieces(&mut ch, r + 1, own_out, p.chunk);
+                }
+                Some(me) => {
+                    let mut cur = Buf::Input;
+                    if r < 2 * f.rem {
+                        // fold: the extra's whole vector plus ours, into scratch
+                        let all = blocks(0, n, Buf::Input);
+                        exchange(
+                            &mut ch,
+                            r - 1,
+                            &[],
+                            &all,
+                            p.chunk,
+                            Into::ReduceTo(Buf::Scratch),
+                        );
+                        cur = Buf::Scratch;
+                    }
+                    // halving over new ranks lo..hi, keeping the half that holds `me`;
+                    // received data reduces with `cur` into scratch at the same offsets
+                    let (mut lo, mut hi) = (0, f.p2);
+                    let mut mask = f.p2 / 2;
+                    while mask > 0 {
+                        let mid = lo + (hi - lo) / 2;
+                        let (keep, give) = if me & mask == 0 {
+                            ((lo, mid), (mid, hi))
+                        } else {
+                            ((mid, hi), (lo, mid))
+                        };
+                        let send = blocks(f.first(give.0), f.first(give.1), cur);
+                        let recv = blocks(f.first(keep.0), f.first(keep.1), cur);
+                        exchange(
+                            &mut ch,
+                            f.rank_of(me ^ mask),
+                            &send,
+                            &recv,
+                            p.chunk,
+                            Into::ReduceTo(Buf::Scratch),
+                        );
+                        cur = Buf::Scratch;
+                        (lo, hi) = keep;
+                        mask /= 2;
+                    }
+                    // our block to the output; the extra's block back to it
+                    let mine = Region::new(cur, r * count + sub.start, sub.len());
+                    ch.push(Step::Copy {
+                        src: mine,
+                        dst: own_out,
+                    });
+                    if r < 2 * f.rem {
+                        let theirs = Region::new(cur, (r - 1) * count + sub.start, sub.len());
+                        send_pieces(&mut ch, r - 1, theirs, p.chunk);
+                    }
+                }
+            }
+            ch
+        })
+        .collect();
+    let scratch = if p.nranks > 1 { n * count } else { 0 };
+    Schedule { channels, scratch }
+}

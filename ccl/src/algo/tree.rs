@@ -1,0 +1,296 @@
+//! Binary trees: the double binary tree all-reduce, tree broadcast and tree
+//! reduce, and the pipelined up/down passes the hierarchical forms reuse.
+//!
+//! The tree over positions `0..n` is an in-order binary tree hung below
+//! position 0, which has a single child (n = 8):
+//!
+//! ```text
+//!        0
+//!        │
+//!        4
+//!      ╱   ╲
+//!     2     6
+//!    ╱ ╲   ╱ ╲
+//!   1   3 5   7
+//! ```
+//! A node `i > 0` whose lowest set bit is `b` has children `i - b/2` and
+//! `i + b/2`; the right child moves closer (`i + b/4`, ...) when it would be
+//! past the end. Every position has one parent (checked for n ≤ 1024).
+//! The second tree of the double tree relabels positions (mirror for even
+//! n, shift by one for odd n), so that the leaves of one are inner nodes of
+//! the other and each rank sends about as much as it receives.
+
+use super::part::{npieces, piece, reg, split};
+use super::schedule::{Buf, Region, Schedule, Step};
+use super::Params;
+use std::ops::Range;
+
+/// A tree node's links, as positions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Node {
+    /// Parent position, `None` at the root.
+    pub parent: Option<usize>,
+    /// Child positions (0, 1 or 2).
+    pub children: Vec<usize>,
+}
+
+/// The in-order binary tree over positions `0..n`, rooted at 0.
+pub fn btree(n: usize) -> Vec<Node> {
+    let mut nodes = vec![Node::default(); n];
+    if n < 2 {
+        return nodes;
+    }
+    let top = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
+    let mut link = |parent: usize, child: usize| {
+        nodes[parent].children.push(child);
+        nodes[child].parent = Some(parent);
+    };
+    link(0, top);
+    for i in 1..n {
+        let half = (i & i.wrapping_neg()) / 2;
+        if half == 0 {
+            continue;
+        }
+        link(i, i - half);
+        let mut h = half;
+        while h > 0 && i + h >= n {
+            h /= 2;
+        }
+        if h > 0 {
+            link(i, i + h);
+        }
+    }
+    nodes
+}
+
+/// A tree mapped onto ranks: `ranks[pos]` is the rank at each position.
+pub struct RankTree {
+    /// Parent rank, `None` at the root.
+    pub parent: Option<usize>,
+    /// Child ranks.
+    pub children: Vec<usize>,
+}
+
+/// Our node in the tree whose position `i` is held by `order[i]`.
+pub fn rank_tree(order: &[usize], me: usize) -> RankTree {
+    let nodes = btree(order.len());
+    let pos = order.iter().position(|&r| r == me).unwrap_or(0);
+    let node = &nodes[pos];
+    RankTree {
+        parent: node.parent.map(|p| order[p]),
+        children: node.children.iter().map(|&c| order[c]).collect(),
+    }
+}
+
+/// Pipelined reduction up the tree of `src` over `range`: inner nodes
+/// accumulate into `acc`, the root ends with the total in `acc`.
+pub fn up(
+    ch: &mut Vec<Step>,
+    t: &RankTree,
+    range: &Range<usize>,
+    chunk: usize,
+    src: Buf,
+    acc: Buf,
+) {
+    for k in 0..npieces(range.len(), chunk) {
+        let c = piece(range, chunk, k);
+        let (s, a) = (reg(src, &c), reg(acc, &c));
+        match (t.children.as_slice(), t.parent) {
+            ([], Some(parent)) => ch.push(Step::Send { to: parent, src: s }),
+            ([], None) => ch.push(Step::Copy { src: s, dst: a }),
+            (&[c0], Some(parent)) => ch.push(Step::RecvReduceSend {
+                from: c0,
+                to: parent,
+                src: s,
+            }),
+            (&[c0], None) => ch.push(Step::RecvReduce {
+                from: c0,
+                src: s,
+                dst: a,
+            }),
+            (kids, parent) => {
+                ch.push(Step::RecvReduce {
+                    from: kids[0],
+                    src: s,
+                    dst: a,
+                });
+                for (i, &kid) in kids.iter().enumerate().skip(1) {
+                    match parent {
+                        Some(parent) if i + 1 == kids.len() => ch.push(Step::RecvReduceSend {
+                            from: kid,
+                            to: parent,
+                            src: a,
+                        }),
+                        _ => ch.push(Step::RecvReduce {
+                            from: kid,
+                            src: a,
+                            dst: a,
+                        }),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Pipelined broadcast down the tree into `buf` over `range`; the root
+/// sends from `root_src` (already holding the data).
+pub fn down(
+    ch: &mut Vec<Step>,
+    t: &RankTree,
+    range: &Range<usize>,
+    chunk: usize,
+    root_src: Buf,
+    buf: Buf,
+) {
+    for k in 0..npieces(range.len(), chunk) {
+        let c = piece(range, chunk, k);
+        let b: Region = reg(buf, &c);
+        match (t.parent, t.children.as_slice()) {
+            (None, kids) => {
+                for &kid in kids {
+                    ch.push(Step::Send {
+                        to: kid,
+                        src: reg(root_src, &c),
+                    });
+                }
+            }
+            (Some(parent), []) => ch.push(Step::Recv {
+                from: parent,
+                dst: b,
+            }),
+            (Some(parent), kids) => {
+                ch.push(Step::RecvCopySend {
+                    from: parent,
+                    to: kids[0],
+                    dst: b,
+                });
+                for &kid in &kids[1..] {
+                    ch.push(Step::Send { to: kid, src: b });
+                }
+            }
+        }
+    }
+}
+
+/// The second tree's relabelling of positions.
+fn second_tree_order(order: &[usize]) -> Vec<usize> {
+    let n = order.len();
+    if n % 2 == 0 {
+        (0..n).map(|i| order[n - 1 - i]).collect()
+    } else {
+        (0..n).map(|i| order[(i + 1) % n]).collect()
+    }
+}
+
+/// All-reduce by double binary tree: each channel's range is halved, one
+/// half reduced and broadcast on each tree, the trees on separate channels.
+pub fn all_reduce(p: &Params) -> Schedule {
+    let order = p.hosts.ring();
+    let trees = [
+        rank_tree(&order, p.rank),
+        rank_tree(&second_tree_order(&order), p.rank),
+    ];
+    let mut channels = Vec::new();
+    for range in split(0..p.count, p.channels) {
+        for (half, t) in split(range, 2).iter().zip(&trees) {
+            let mut ch = Vec::new();
+            up(&mut ch, t, half, p.chunk, Buf::Input, Buf::Output);
+            down(&mut ch, t, half, p.chunk, Buf::Output, Buf::Output);
+            channels.push(ch);
+        }
+    }
+    Schedule {
+        channels,
+        scratch: 0,
+    }
+}
+
+/// Order with the root at position 0.
+fn rooted_order(p: &Params) -> Vec<usize> {
+    let ring = p.hosts.ring();
+    let n = ring.len();
+    let rpos = ring.iter().position(|&r| r == p.root).unwrap_or(0);
+    (0..n).map(|i| ring[(rpos + i) % n]).collect()
+}
+
+/// Broadcast down a binary tree rooted at the root.
+pub fn broadcast(p: &Params) -> Schedule {
+    let t = rank_tree(&rooted_order(p), p.rank);
+    let channels = split(0..p.count, p.channels)
+        .iter()
+        .map(|range| {
+            let mut ch = Vec::new();
+            if t.parent.is_none() {
+                ch.push(Step::Copy {
+                    src: reg(Buf::Input, range),
+                    dst: reg(Buf::Output, range),
+                });
+            }
+            down(&mut ch, &t, range, p.chunk, Buf::Input, Buf::Output);
+            ch
+        })
+        .collect();
+    Schedule {
+        channels,
+        scratch: 0,
+    }
+}
+
+/// Reduce up a binary tree rooted at the root; inner non-root nodes
+/// accumulate in scratch.
+pub fn reduce(p: &Params) -> Schedule {
+    let t = rank_tree(&rooted_order(p), p.rank);
+    let acc = if t.parent.is_none() {
+        Buf::Output
+    } else {
+        Buf::Scratch
+    };
+    let channels = split(0..p.count, p.channels)
+        .iter()
+        .map(|range| {
+            let mut ch = Vec::new();
+            up(&mut ch, &t, range, p.chunk, Buf::Input, acc);
+            ch
+        })
+        .collect();
+    let scratch = if acc == Buf::Scratch { p.count } else { 0 };
+    Schedule { channels, scratch }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_position_has_one_parent_and_depth_is_logarithmic() {
+        for n in 1..=1024usize {
+            let t = btree(n);
+            let mut parents = vec![0usize; n];
+            for (i, node) in t.iter().enumerate() {
+                assert!(node.children.len() <= 2);
+                for &c in &node.children {
+                    parents[c] += 1;
+                    assert_eq!(t[c].parent, Some(i));
+                }
+            }
+            assert_eq!(parents[0], 0);
+            assert!(parents[1..].iter().all(|&p| p == 1), "n={n}");
+            let depth = (0..n)
+                .map(|mut i| {
+                    let mut d = 0;
+                    while let Some(p) = t[i].parent {
+                        i = p;
+                        d += 1;
+                    }
+                    d
+                })
+                .max()
+                .unwrap_or(0);
+            assert!(
+                depth <= 2 + (n as f64).log2().ceil() as usize,
+                "n={n} depth={depth}"
+            );
+        }
+    }
+}

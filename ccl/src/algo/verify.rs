@@ -1,0 +1,537 @@
+//! Symbolic verification of schedules.
+//!
+//! Every input element starts as a symbol `(position, {rank})`. All ranks'
+//! schedules are executed together, slot by slot, over FIFOs of a bounded
+//! number of slots, exactly as the executor moves data: a reduction of two
+//! symbols must be of the same position and of disjoint rank sets (or it
+//! counts a contribution twice). At the end, every output element must be
+//! the right symbol: all ranks exactly once for reductions, the right
+//! single origin for gathers and broadcasts. Before running, the verifier
+//! checks that regions fit their buffers, that fused steps alias their
+//! operands exactly or not at all, that channels of a rank write disjoint
+//! memory, and that the message lengths on every connection match in order.
+//! A run that stops with steps left is a deadlock for that slot count.
+
+use super::schedule::{Buf, Layout, Region, Schedule, Step};
+use super::{generate, Algo, Coll, Params};
+use crate::topo::Hosts;
+use std::collections::{HashMap, VecDeque};
+
+/// A symbolic element: a position and the set of ranks whose contribution
+/// it holds. An empty set means "never written".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sym {
+    idx: u32,
+    mask: u64,
+}
+
+const UNDEF: Sym = Sym {
+    idx: u32::MAX,
+    mask: 0,
+};
+
+/// One verification case.
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// The call.
+    pub coll: Coll,
+    /// The algorithm.
+    pub algo: Algo,
+    /// Ranks (1..=64).
+    pub nranks: usize,
+    /// Element count.
+    pub count: usize,
+    /// Root or, for send/recv, the receiver (rank 0 sends).
+    pub root: usize,
+    /// Channels requested.
+    pub channels: usize,
+    /// Elements per pipeline piece.
+    pub chunk: usize,
+    /// In place or not.
+    pub in_place: bool,
+    /// Host grouping.
+    pub hosts: Hosts,
+    /// Elements per slot.
+    pub slot_elems: usize,
+    /// Slots per connection.
+    pub nslots: usize,
+}
+
+/// What a successful verification saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Steps over all ranks.
+    pub steps: usize,
+    /// Messages over all connections.
+    pub messages: usize,
+}
+
+type ConnKey = (usize, usize, usize); // (from, to, channel)
+
+struct RankState {
+    sched: Schedule,
+    layout: Layout,
+    mem: [Vec<Sym>; 3],
+    pc: Vec<(usize, usize)>, // per channel: (step, slot within step)
+}
+
+fn bi(b: Buf) -> usize {
+    match b {
+        Buf::Input => 0,
+        Buf::Output => 1,
+        Buf::Scratch => 2,
+    }
+}
+
+impl Case {
+    fn full_mask(&self) -> u64 {
+        if self.nranks >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.nranks) - 1
+        }
+    }
+
+    /// Which collective rank `r` runs (send/recv cases pair rank 0 with the root).
+    fn coll_of(&self, r: usize) -> Option<(Coll, usize)> {
+        match self.coll {
+            Coll::Send | Coll::Recv => match r {
+                0 if self.root != 0 => Some((Coll::Send, self.root)),
+                r if r == self.root && r != 0 => Some((Coll::Recv, 0)),
+                _ => None,
+            },
+            c => Some((c, self.root)),
+        }
+    }
+
+    fn initial(&self, r: usize, pos: usize) -> Sym {
+        let bit = 1u64 << r;
+        let idx = pos as u32;
+        match self.coll {
+            Coll::AllGather => Sym {
+                idx: (r * self.count + pos) as u32,
+                mask: bit,
+            },
+            Coll::Broadcast if r != self.root => UNDEF,
+            _ => Sym { idx, mask: bit },
+        }
+    }
+
+    fn expected(&self, r: usize, q: usize) -> Option<Sym> {
+        let (n, c, all) = (self.nranks, self.count.max(1), self.full_mask());
+        Some(match self.coll {
+            Coll::AllReduce => Sym {
+                idx: q as u32,
+                mask: all,
+            },
+            Coll::Reduce if r == self.root => Sym {
+                idx: q as u32,
+                mask: all,
+            },
+            Coll::Broadcast => Sym {
+                idx: q as u32,
+                mask: 1 << self.root,
+            },
+            Coll::AllGather => Sym {
+                idx: q as u32,
+                mask: 1 << (q / c),
+            },
+            Coll::ReduceScatter => Sym {
+                idx: (r * self.count + q) as u32,
+                mask: all,
+            },
+            Coll::AllToAll => Sym {
+                idx: (r * self.count + q % c) as u32,
+                mask: 1 << (q / c),
+            },
+            Coll::Recv | Coll::Send if r == self.root && r != 0 => Sym {
+                idx: q as u32,
+                mask: 1,
+            },
+            _ => return None,
+        })
+        .filter(|_| n > 0)
+    }
+}
+
+/// Generates every rank's schedule for `case` and proves it; the error
+/// says which rank and step broke which rule.
+pub fn verify(case: &Case) -> Result<Report, String> {
+    let n = case.nranks;
+    if n == 0 || n > 64 {
+        return Err(format!("verifier handles 1..=64 ranks, not {n}"));
+    }
+    let mut ranks = Vec::with_capacity(n);
+    for r in 0..n {
+        let Some((coll, root)) = case.coll_of(r) else {
+            ranks.push(RankState {
+                sched: Schedule::default(),
+                layout: Layout {
+                    input: 0,
+                    output: 0,
+                    in_place: None,
+                },
+                mem: [vec![], vec![], vec![]],
+                pc: vec![],
+            });
+            continue;
+        };
+        let p = Params {
+            nranks: n,
+            rank: r,
+            count: case.count,
+            root,
+            channels: case.channels,
+            chunk: case.chunk,
+            in_place: case.in_place,
+            hosts: &case.hosts,
+        };
+        let sched = generate(coll, case.algo, &p)?;
+        let layout = coll.layout(n, r, case.count, root, case.in_place);
+        let mut mem = [
+            vec![UNDEF; layout.capacity(Buf::Input, 0)],
+            vec![UNDEF; layout.capacity(Buf::Output, 0)],
+            vec![UNDEF; sched.scratch],
+        ];
+        for i in 0..layout.input {
+            let at = layout.resolve(Region::new(Buf::Input, i, 1));
+            mem[bi(at.buf)][at.off] = case.initial(r, i);
+        }
+        if coll == Coll::Barrier {
+            if let Some(s) = mem[2].first_mut() {
+                *s = Sym {
+                    idx: 0,
+                    mask: 1 << r,
+                };
+            }
+        }
+        check_static(r, &sched, &layout)?;
+        let pc = vec![(0, 0); sched.channels.len()];
+        ranks.push(RankState {
+            sched,
+            layout,
+            mem,
+            pc,
+        });
+    }
+    let messages = check_matching(&ranks)?;
+    simulate(case, &mut ranks)?;
+    check_outputs(case, &ranks)?;
+    Ok(Report {
+        steps: ranks.iter().map(|s| s.sched.steps()).sum(),
+        messages,
+    })
+}
+
+/// Bounds, aliasing, channel independence, no messages to oneself.
+fn check_static(r: usize, s: &Schedule, l: &Layout) -> Result<(), String> {
+    let mut writes: Vec<Vec<(Buf, usize, usize)>> = vec![Vec::new(); s.channels.len()];
+    let mut touches: Vec<Vec<(Buf, usize, usize)>> = vec![Vec::new(); s.channels.len()];
+    for (c, ch) in s.channels.iter().enumerate() {
+        for (i, st) in ch.iter().enumerate() {
+            let here = || format!("rank {r} channel {c} step {i} ({st:?})");
+            if st.send_peer() == Some(r) || st.recv_peer() == Some(r) {
+                return Err(format!("{}: message to itself", here()));
+            }
+            let mut regs = st.reads();
+            regs.extend(st.writes());
+            for g in &regs {
+                let g = l.resolve(*g);
+                if g.end() > l.capacity(g.buf, s.scratch) {
+                    return Err(format!("{}: region past the end of {:?}", here(), g.buf));
+                }
+                touches[c].push((g.buf, g.off, g.end()));
+            }
+            if let Some(w) = st.writes() {
+                let w = l.resolve(w);
+                writes[c].push((w.buf, w.off, w.end()));
+                for g in st.reads() {
+                    let g = l.resolve(g);
+                    let overlap = g.buf == w.buf && g.off < w.end() && w.off < g.end();
+                    if overlap && g != w {
+                        return Err(format!("{}: operands overlap partially", here()));
+                    }
+                }
+            }
+        }
+    }
+    for a in 0..writes.len() {
+        for b in 0..touches.len() {
+            if a == b {
+                continue;
+            }
+            for &(wb, ws, we) in &writes[a] {
+                if touches[b]
+                    .iter()
+                    .any(|&(tb, ts, te)| tb == wb && ts < we && ws < te)
+                {
+                    return Err(format!("rank {r}: channel {a} writes {wb:?}[{ws}..{we}] that channel {b} also uses"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per connection, the sends and receives must agree in number and length.
+fn check_matching(ranks: &[RankState]) -> Result<usize, String> {
+    let mut sent: HashMap<ConnKey, Vec<usize>> = HashMap::new();
+    let mut recvd: HashMap<ConnKey, Vec<usize>> = HashMap::new();
+    for (r, st) in ranks.iter().enumerate() {
+        for (c, ch) in st.sched.channels.iter().enumerate() {
+            for step in ch {
+                if let Some(to) = step.send_peer() {
+                    sent.entry((r, to, c)).or_default().push(step.len());
+                }
+                if let Some(from) = step.recv_peer() {
+                    recvd.entry((from, r, c)).or_default().push(step.len());
+                }
+            }
+        }
+    }
+    let mut keys: Vec<_> = sent.keys().chain(recvd.keys()).copied().collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut total = 0;
+    for k in keys {
+        let (s, r) = (
+            sent.get(&k).cloned().unwrap_or_default(),
+            recvd.get(&k).cloned().unwrap_or_default(),
+        );
+        if s != r {
+            return Err(format!(
+                "connection {}→{} channel {}: sends {:?} but receives {:?}",
+                k.0, k.1, k.2, s, r
+            ));
+        }
+        total += s.len();
+    }
+    Ok(total)
+}
+
+fn combine(a: Sym, b: Sym, union: bool) -> Result<Sym, String> {
+    if a.mask == 0 || b.mask == 0 {
+        return Err("reduces data that was never written".into());
+    }
+    if a.idx != b.idx {
+        return Err(format!(
+            "reduces position {} with position {}",
+            a.idx, b.idx
+        ));
+    }
+    if !union && a.mask & b.mask != 0 {
+        return Err(format!("counts ranks {:#x} twice", a.mask & b.mask));
+    }
+    Ok(Sym {
+        idx: a.idx,
+        mask: a.mask | b.mask,
+    })
+}
+
+/// Slots a message of `len` elements takes, and the element range of slot `u`.
+fn slots(len: usize, se: usize) -> usize {
+    len.div_ceil(se).max(1)
+}
+
+fn read(st: &RankState, g: Region, u: usize, se: usize) -> Result<Vec<Sym>, String> {
+    let g = st.layout.resolve(g);
+    let (s, e) = (g.off + u * se, (g.off + (u + 1) * se).min(g.end()));
+    let v = st.mem[bi(g.buf)][s..e].to_vec();
+    if v.iter().any(|x| x.mask == 0) {
+        return Err(format!("reads never-written data at {:?}[{s}..{e}]", g.buf));
+    }
+    Ok(v)
+}
+
+fn write(st: &mut RankState, g: Region, u: usize, se: usize, v: &[Sym]) {
+    let g = st.layout.resolve(g);
+    let s = g.off + u * se;
+    st.mem[bi(g.buf)][s..s + v.len()].copy_from_slice(v);
+}
+
+/// Runs every rank's channels slot by slot until all finish or none can move.
+fn simulate(case: &Case, ranks: &mut [RankState]) -> Result<(), String> {
+    let (se, cap, union) = (
+        case.slot_elems.max(1),
+        case.nslots.max(1),
+        case.coll == Coll::Barrier,
+    );
+    let mut fifo: HashMap<ConnKey, VecDeque<Vec<Sym>>> = HashMap::new();
+    loop {
+        let mut moved = false;
+        for r in 0..ranks.len() {
+            for c in 0..ranks[r].pc.len() {
+                while advance(r, c, ranks, &mut fifo, se, cap, union).map_err(|e| {
+                    let (i, _) = ranks[r].pc[c];
+                    format!(
+                        "rank {r} channel {c} step {i} ({:?}): {e}",
+                        ranks[r].sched.channels[c].get(i)
+                    )
+                })? {
+                    moved = true;
+                }
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    let stuck: Vec<String> = ranks
+        .iter()
+        .enumerate()
+        .flat_map(|(r, st)| {
+            st.pc.iter().enumerate().filter_map(move |(c, &(i, _))| {
+                st.sched.channels[c]
+                    .get(i)
+                    .map(|s| format!("rank {r} ch {c} step {i} {s:?}"))
+            })
+        })
+        .collect();
+    if !stuck.is_empty() {
+        return Err(format!(
+            "deadlock with {cap} slots of {se} elements: {}",
+            stuck.join("; ")
+        ));
+    }
+    if let Some((k, _)) = fifo.iter().find(|(_, q)| !q.is_empty()) {
+        return Err(format!(
+            "messages left unreceived on {}→{} channel {}",
+            k.0, k.1, k.2
+        ));
+    }
+    Ok(())
+}
+
+/// Moves rank `r`'s channel `c` one slot (or one local step) forward.
+fn advance(
+    r: usize,
+    c: usize,
+    ranks: &mut [RankState],
+    fifo: &mut HashMap<ConnKey, VecDeque<Vec<Sym>>>,
+    se: usize,
+    cap: usize,
+    union: bool,
+) -> Result<bool, String> {
+    let (i, u) = ranks[r].pc[c];
+    let Some(&step) = ranks[r].sched.channels[c].get(i) else {
+        return Ok(false);
+    };
+    let inbox = step.recv_peer().map(|f| (f, r, c));
+    let outbox = step.send_peer().map(|t| (r, t, c));
+    if inbox.is_some_and(|k| fifo.get(&k).is_none_or(|q| q.is_empty())) {
+        return Ok(false);
+    }
+    if outbox.is_some_and(|k| fifo.get(&k).is_some_and(|q| q.len() >= cap)) {
+        return Ok(false);
+    }
+    let incoming = match inbox {
+        Some(k) => {
+            let v = fifo
+                .get_mut(&k)
+                .and_then(|q| q.pop_front())
+                .unwrap_or_default();
+            let want = (step.len() - u * se).min(se);
+            if v.len() != want {
+                return Err(format!(
+                    "slot of {} elements where {want} were expected",
+                    v.len()
+                ));
+            }
+            Some(v)
+        }
+        None => None,
+    };
+    let st = &mut ranks[r];
+    let reduced = |st: &RankState, src: Region, inc: &[Sym]| -> Result<Vec<Sym>, String> {
+        let mine = read(st, src, u, se)?;
+        mine.iter()
+            .zip(inc)
+            .map(|(a, b)| combine(*a, *b, union))
+            .collect()
+    };
+    let mut out = None;
+    let mut local = false;
+    match step {
+        Step::Send { src, .. } => out = Some(read(st, src, u, se)?),
+        Step::Recv { dst, .. } => write(st, dst, u, se, incoming.as_deref().unwrap_or(&[])),
+        Step::RecvReduce { src, dst, .. } => {
+            let v = reduced(st, src, incoming.as_deref().unwrap_or(&[]))?;
+            write(st, dst, u, se, &v);
+        }
+        Step::RecvReduceSend { src, .. } => {
+            out = Some(reduced(st, src, incoming.as_deref().unwrap_or(&[]))?)
+        }
+        Step::RecvReduceCopySend { src, dst, .. } => {
+            let v = reduced(st, src, incoming.as_deref().unwrap_or(&[]))?;
+            write(st, dst, u, se, &v);
+            out = Some(v);
+        }
+        Step::RecvCopySend { dst, .. } => {
+            let v = incoming.unwrap_or_default();
+            write(st, dst, u, se, &v);
+            out = Some(v);
+        }
+        Step::Copy { src, dst } => {
+            let (a, b) = (st.layout.resolve(src), st.layout.resolve(dst));
+            if a != b {
+                let v = st.mem[bi(a.buf)][a.off..a.end()].to_vec();
+                if v.iter().any(|x| x.mask == 0) {
+                    return Err("copies never-written data".into());
+                }
+                st.mem[bi(b.buf)][b.off..b.end()].copy_from_slice(&v);
+            }
+            local = true;
+        }
+        Step::Reduce { src, dst } => {
+            let (a, b) = (st.layout.resolve(src), st.layout.resolve(dst));
+            for k in 0..a.len {
+                let v = combine(
+                    st.mem[bi(b.buf)][b.off + k],
+                    st.mem[bi(a.buf)][a.off + k],
+                    union,
+                )?;
+                st.mem[bi(b.buf)][b.off + k] = v;
+            }
+            local = true;
+        }
+    }
+    if let (Some(k), Some(v)) = (outbox, out) {
+        fifo.entry(k).or_default().push_back(v);
+    }
+    let st = &mut ranks[r];
+    st.pc[c] = if local || u + 1 >= slots(step.len(), se) {
+        (i + 1, 0)
+    } else {
+        (i, u + 1)
+    };
+    Ok(true)
+}
+
+fn check_outputs(case: &Case, ranks: &[RankState]) -> Result<(), String> {
+    for (r, st) in ranks.iter().enumerate() {
+        if case.coll == Coll::Barrier {
+            let got = st.mem[2].first().copied().unwrap_or(UNDEF);
+            if st.sched.scratch > 0 && got.mask != case.full_mask() {
+                return Err(format!(
+                    "rank {r} leaves the barrier having heard from {:#x} only",
+                    got.mask
+                ));
+            }
+            continue;
+        }
+        for q in 0..st.layout.output {
+            let Some(want) = case.expected(r, q) else {
+                continue;
+            };
+            let at = st.layout.resolve(Region::new(Buf::Output, q, 1));
+            let got = st.mem[bi(at.buf)][at.off];
+            if got != want {
+                return Err(format!(
+                    "rank {r} output[{q}]: position {} from ranks {:#x}, expected position {} from ranks {:#x}",
+                    got.idx, got.mask, want.idx, want.mask
+                ));
+            }
+        }
+    }
+    Ok(())
+}

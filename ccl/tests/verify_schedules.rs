@@ -1,0 +1,177 @@
+//! Every generator × collective × rank count 1..=64, proved by the
+//! symbolic verifier, plus proptest over counts, roots, channels, pieces,
+//! slot sizes and host layouts.
+//!
+//! The pipelining rule the tuner follows is part of what is proved: a
+//! piece of `chunk` elements never exceeds half a connection's slots.
+
+use ccl::algo::verify::{verify, Case};
+use ccl::algo::{Algo, Coll};
+use ccl::topo::Hosts;
+use proptest::prelude::*;
+
+/// Hosts of `per` ranks (the last one may be smaller), or one host.
+fn hosts(n: usize, per: usize) -> Hosts {
+    let per = per.max(1);
+    let mut sizes = vec![per; n / per];
+    if n % per != 0 {
+        sizes.push(n % per);
+    }
+    Hosts::blocks(&sizes)
+}
+
+fn case(coll: Coll, algo: Algo, n: usize, count: usize) -> Case {
+    let (slot_elems, nslots) = (3, 4);
+    Case {
+        coll,
+        algo,
+        nranks: n,
+        count,
+        root: (n * 2) / 3,
+        channels: 1,
+        chunk: slot_elems * nslots / 2,
+        in_place: false,
+        hosts: Hosts::flat(n),
+        slot_elems,
+        nslots,
+    }
+}
+
+fn check(c: &Case) {
+    if let Err(e) = verify(c) {
+        panic!(
+            "{} {} n={} count={} root={} ch={} chunk={} in_place={} hosts={:?} slots={}x{}: {e}",
+            c.coll,
+            c.algo,
+            c.nranks,
+            c.count,
+            c.root,
+            c.channels,
+            c.chunk,
+            c.in_place,
+            c.hosts.groups().iter().map(Vec::len).collect::<Vec<_>>(),
+            c.nslots,
+            c.slot_elems
+        );
+    }
+}
+
+/// Every algorithm of every collective, every rank count 1..=64, counts
+/// 0, 1, a prime, fewer than the ranks and more, in place and not.
+#[test]
+fn every_generator_for_1_to_64_ranks() {
+    for n in 1..=64usize {
+        for coll in Coll::ALL {
+            for &algo in coll.algos() {
+                for count in [0, 1, 7, n.saturating_sub(1), 2 * n + 3] {
+                    for in_place in [false, true] {
+                        let mut c = case(coll, algo, n, count);
+                        c.in_place = in_place;
+                        if matches!(algo, Algo::RingRing | Algo::TreeRing) {
+                            c.hosts = hosts(n, 1 + n % 5);
+                        }
+                        check(&c);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Hierarchical forms on uneven host layouts, and flat generators on
+/// topology-ordered rings (hosts interleaved).
+#[test]
+fn host_layouts() {
+    for layout in [
+        vec![1],
+        vec![3, 1],
+        vec![1, 3],
+        vec![2, 2, 2],
+        vec![4, 3, 5],
+        vec![1, 1, 1, 1, 1],
+        vec![8, 8],
+        vec![5, 2, 7, 1],
+    ] {
+        let n: usize = layout.iter().sum();
+        for coll in Coll::ALL {
+            for &algo in coll.algos() {
+                for count in [0, 1, 11, 3 * n + 1] {
+                    let mut c = case(coll, algo, n, count);
+                    c.hosts = Hosts::blocks(&layout);
+                    check(&c);
+                    // the same sizes, with ranks of a host not adjacent
+                    let ids: Vec<usize> = (0..n).map(|r| r % layout.len()).collect();
+                    c.hosts = Hosts::from_ids(&ids);
+                    check(&c);
+                }
+            }
+        }
+    }
+}
+
+fn any_case() -> impl Strategy<Value = Case> {
+    let colls: Vec<(Coll, Algo)> = Coll::ALL
+        .iter()
+        .flat_map(|&c| c.algos().iter().map(move |&a| (c, a)))
+        .collect();
+    (
+        proptest::sample::select(colls),
+        1usize..=64,
+        prop_oneof![Just(0usize), Just(1), 2usize..40, 40usize..300],
+        0usize..64,
+        1usize..=4,
+        1usize..=4,
+        1usize..=8,
+        any::<bool>(),
+        1usize..=6,
+    )
+        .prop_map(
+            |(
+                (coll, algo),
+                n,
+                count,
+                root,
+                channels,
+                slot_elems,
+                half_slots,
+                in_place,
+                per_host,
+            )| Case {
+                coll,
+                algo,
+                nranks: n,
+                count,
+                root: root % n,
+                channels,
+                chunk: slot_elems * half_slots,
+                in_place,
+                hosts: hosts(n, per_host),
+                slot_elems,
+                nslots: 2 * half_slots,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_cases_verify(c in any_case()) {
+        let r = verify(&c);
+        prop_assert!(r.is_ok(), "{c:?}: {}", r.err().unwrap_or_default());
+    }
+}
+
+/// The verifier is not a rubber stamp: broken schedules are rejected.
+#[test]
+fn verifier_rejects_broken_schedules() {
+    // pieces bigger than the connection can hold deadlock a ring
+    let mut c = case(Coll::AllReduce, Algo::Ring, 4, 64);
+    c.chunk = 16;
+    c.nslots = 1;
+    c.slot_elems = 1;
+    let e = verify(&c).expect_err("must deadlock");
+    assert!(e.contains("deadlock"), "{e}");
+    // an algorithm that does not implement the call
+    assert!(verify(&case(Coll::Broadcast, Algo::RecursiveDoubling, 4, 8)).is_err());
+}
