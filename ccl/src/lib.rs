@@ -1,16 +1,52 @@
 //! ccl: collective communication for SPMD programs.
+//!
+//! A [`Group`] is a set of ranks that communicate; `group.typed::<T>()`
+//! gives the typed [`Communicator<T>`] whose collectives only compile for
+//! element types and operators that fit ([`Reduce`], [`ReduceOp`]).
+//!
+//! ```
+//! use ccl::{testing::run_local, Max, Reduce, Sum};
+//!
+//! #[derive(Clone, Copy, Debug, PartialEq, Reduce)]
+//! struct Moments { n: u64, sum: f64, #[reduce(max)] peak: f32 }
+//!
+//! let out = run_local(3, |world| -> ccl::Result<_> {
+//!     let comm = world.typed::<f32>();
+//!     let mut grad = vec![world.rank() as f32; 1000];
+//!     comm.all_reduce(&mut grad, Sum)?;             // in place
+//!     let stats = world.typed::<Moments>();
+//!     let mut m = [Moments { n: 1, sum: 2.0, peak: world.rank() as f32 }];
+//!     stats.all_reduce(&mut m, Sum)?;               // n and sum add, peak takes max
+//!     Ok((grad[0], m[0]))
+//! });
+//! for r in out {
+//!     assert_eq!(r.unwrap(), (3.0, Moments { n: 3, sum: 6.0, peak: 2.0 }));
+//! }
+//! ```
+//!
+//! Layers, top down: [`comm`] (the API), [`tune`] (choice of algorithm),
+//! [`algo`] (schedules as pure functions, and their verifier), [`exec`]
+//! (the progress engine), [`transport`] (moving slots), [`topo`] (hosts).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 extern crate self as ccl;
 
 pub mod algo;
+pub mod comm;
+pub mod config;
 mod error;
+pub mod exec;
 mod op;
 mod reduce;
+pub mod testing;
 pub mod topo;
+pub mod transport;
+pub mod tune;
 
 pub use ccl_macros::Reduce;
+pub use comm::{Communicator, Group, Request};
+pub use config::Config;
 pub use error::{Context, Error, ErrorKind, Result};
 pub use op::{Avg, BitAnd, BitOr, BitXor, Max, Min, Op, Prod, ReduceOp, Sum};
 pub use reduce::Reduce;

@@ -159,6 +159,20 @@ macro_rules! bit_op {
     };
 }
 
+/// The operator of calls that never reduce (broadcast, gathers, p2p).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NoOp;
+
+impl Op for NoOp {
+    const NAME: &'static str = "none";
+}
+
+impl<T: Reduce> ReduceOp<T> for NoOp {
+    fn combine(a: T, _b: T) -> T {
+        a
+    }
+}
+
 arith_ops!(i8, i16, i32, i64, u8, u16, u32, u64, isize, usize, f32, f64, f16, bf16);
 bit_ops!(i8, i16, i32, i64, u8, u16, u32, u64, isize, usize);
 

@@ -1,0 +1,231 @@
+//! The per-communicator queue of calls in flight.
+//!
+//! Calls start in the order they were made. Each pass advances every
+//! queued call whose connections no earlier unfinished call still uses, so
+//! a non-blocking send and receive to different peers progress together
+//! while two collectives on the same links keep their order (which is what
+//! lets every rank match messages FIFO). When nothing can move, the rank
+//! backs off: spin, yield, then sleep on its doorbell until a peer rings,
+//! the deadline passes, or the transport reports the job going down.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{Conns, Exec};
+use crate::op::ReduceOp;
+use crate::transport::doorbell::Backoff;
+use crate::Reduce;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// A call the engine can drive.
+pub(crate) trait Pending: Send {
+    fn advance(&mut self, conns: &mut Conns) -> Result<bool>;
+    fn done(&self) -> bool;
+    fn uses(&self) -> &[usize];
+    fn waiting(&self) -> String;
+    /// Runs once when done: the finishing pass, then handing buffers back.
+    fn complete(&mut self);
+}
+
+/// A collective or point-to-point call: an executor plus what to do at the end.
+pub(crate) struct CallOp<T: Reduce, O: ReduceOp<T>> {
+    pub exec: Exec<T, O>,
+    pub uses: Vec<usize>,
+    pub finish_ranks: Option<usize>,
+    pub on_done: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl<T: Reduce, O: ReduceOp<T>> Pending for CallOp<T, O> {
+    fn advance(&mut self, conns: &mut Conns) -> Result<bool> {
+        self.exec.advance(conns)
+    }
+    fn done(&self) -> bool {
+        self.exec.done()
+    }
+    fn uses(&self) -> &[usize] {
+        &self.uses
+    }
+    fn waiting(&self) -> String {
+        self.exec.waiting()
+    }
+    fn complete(&mut self) {
+        if let Some(n) = self.finish_ranks {
+            self.exec.finish(n);
+        }
+        if let Some(f) = self.on_done.take() {
+            f();
+        }
+    }
+}
+
+struct Entry {
+    id: u64,
+    op: Box<dyn Pending>,
+    name: &'static str,
+    seq: u64,
+    started: Instant,
+    deadline: Instant,
+}
+
+/// The queue, the connections, and the results not yet collected.
+pub(crate) struct Engine {
+    pub conns: Conns,
+    rank: usize,
+    queue: Vec<Entry>,
+    results: HashMap<u64, Result<()>>,
+    detached: HashSet<u64>,
+    next: u64,
+    broken: Option<String>,
+}
+
+impl Engine {
+    pub fn new(conns: Conns, rank: usize) -> Self {
+        Engine {
+            conns,
+            rank,
+            queue: Vec::new(),
+            results: HashMap::new(),
+            detached: HashSet::new(),
+            next: 0,
+            broken: None,
+        }
+    }
+
+    /// Refuses new calls after a failure.
+    pub fn check_usable(&self) -> Result<()> {
+        match &self.broken {
+            Some(why) => Err(Error::new(ErrorKind::Broken(why.clone()))),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues a call; its id is what [`wait`](Self::wait) takes.
+    pub fn submit(
+        &mut self,
+        op: Box<dyn Pending>,
+        name: &'static str,
+        seq: u64,
+        timeout: Duration,
+    ) -> Result<u64> {
+        self.check_usable()?;
+        let id = self.next;
+        self.next += 1;
+        let started = Instant::now();
+        self.queue.push(Entry {
+            id,
+            op,
+            name,
+            seq,
+            started,
+            deadline: started + timeout,
+        });
+        Ok(id)
+    }
+
+    fn store(&mut self, id: u64, r: Result<()>) {
+        if !self.detached.remove(&id) {
+            self.results.insert(id, r);
+        }
+    }
+
+    /// Fails the call at `i` with `err`, and every other queued call with
+    /// `Broken`; the communicator refuses further calls.
+    fn fail(&mut self, i: usize, err: Error) {
+        let at = &self.queue[i];
+        let err = err.in_call(at.name, at.seq).at_rank(self.rank);
+        self.broken = Some(err.to_string());
+        let entries: Vec<Entry> = self.queue.drain(..).collect();
+        for (j, e) in entries.into_iter().enumerate() {
+            let r = if j == i {
+                Err(err.clone())
+            } else {
+                Err(Error::new(ErrorKind::Broken(err.to_string()))
+                    .in_call(e.name, e.seq)
+                    .at_rank(self.rank))
+            };
+            self.store(e.id, r);
+        }
+    }
+
+    /// One pass over the queue; `true` if anything moved or finished.
+    fn progress(&mut self) -> bool {
+        let mut busy: HashSet<usize> = HashSet::new();
+        let mut moved = false;
+        let mut i = 0;
+        while i < self.queue.len() {
+            let blocked = self.queue[i].op.uses().iter().any(|u| busy.contains(u));
+            if !blocked {
+                match self.queue[i].op.advance(&mut self.conns) {
+                    Ok(m) => moved |= m,
+                    Err(e) => {
+                        self.fail(i, e);
+                        return true;
+                    }
+                }
+                if self.queue[i].op.done() {
+                    let mut e = self.queue.remove(i);
+                    e.op.complete();
+                    self.store(e.id, Ok(()));
+                    moved = true;
+                    continue;
+                }
+            }
+            busy.extend(self.queue[i].op.uses().iter().copied());
+            i += 1;
+        }
+        moved
+    }
+
+    /// Drives the queue until call `id` has finished; its result.
+    pub fn wait(&mut self, id: u64) -> Result<()> {
+        let mut backoff = Backoff::new();
+        loop {
+            if let Some(r) = self.results.remove(&id) {
+                return r;
+            }
+            let seen = self.conns.bell().seq();
+            if let Err(e) = self.conns.check_alive() {
+                if !self.queue.is_empty() {
+                    self.fail(0, e);
+                }
+                continue;
+            }
+            if self.progress() {
+                backoff.reset();
+                continue;
+            }
+            let Some(i) = self.queue.iter().position(|e| e.id == id) else {
+                return Err(Error::internal(format!("no call {id} in flight")));
+            };
+            let now = Instant::now();
+            // the oldest call's deadline: it is the one everything waits behind
+            let first = &self.queue[0];
+            if now >= first.deadline {
+                let secs = now.duration_since(first.started).as_secs_f64();
+                let waiting = first.op.waiting();
+                self.fail(0, Error::new(ErrorKind::Timeout { secs, waiting }));
+                continue;
+            }
+            let deadline = self.queue[i].deadline.min(first.deadline);
+            backoff.snooze(self.conns.bell(), seen, deadline);
+        }
+    }
+
+    /// Advances once; the result of `id` if it has finished.
+    pub fn test(&mut self, id: u64) -> Option<Result<()>> {
+        if let Err(e) = self.conns.check_alive() {
+            if !self.queue.is_empty() {
+                self.fail(0, e);
+            }
+        } else {
+            self.progress();
+        }
+        self.results.remove(&id)
+    }
+
+    /// The caller no longer wants the result of `id` (it still completes).
+    pub fn detach(&mut self, id: u64) {
+        if self.results.remove(&id).is_none() {
+            self.detached.insert(id);
+        }
+    }
+}

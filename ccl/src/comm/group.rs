@@ -1,0 +1,312 @@
+//! [`Group`]: a communicator without an element type — who is in it, its
+//! connections and queue — and the untyped calls (barrier, split).
+
+use super::engine::{CallOp, Engine};
+use super::request::Request;
+use super::typed::Communicator;
+use crate::algo::{self, Coll, Params};
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{Conns, Exec};
+use crate::op::ReduceOp;
+use crate::topo::Hosts;
+use crate::transport::Registry;
+use crate::{tune, BitOr, Reduce};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Channel ids from here on carry point-to-point traffic, apart from the
+/// collectives' channels.
+pub(crate) const P2P_CHANNEL: u32 = 1 << 16;
+
+pub(crate) struct Inner {
+    pub rank: usize,
+    pub size: usize,
+    pub id: u64,
+    pub hosts: Hosts,
+    pub config: Config,
+    endpoints: Arc<[usize]>,
+    registry: Arc<Registry>,
+    seq: AtomicU64,
+    splits: AtomicU64,
+    engine: Mutex<Engine>,
+}
+
+/// A group of ranks that communicate: the untyped communicator.
+///
+/// `group.typed::<T>()` gives the typed [`Communicator<T>`] on the same
+/// ranks and connections. Clones share everything; calls on one group
+/// (through any of its typed handles) run in the order they are made.
+#[derive(Clone)]
+pub struct Group {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// What a submitted call runs on.
+pub(crate) struct Call<T> {
+    pub coll: Coll,
+    pub count: usize,
+    pub root: usize,
+    pub input: *const T,
+    pub output: *mut T,
+    pub in_place: bool,
+}
+
+impl Group {
+    /// A group of `endpoints.len()` ranks on `registry`; this is rank `rank`.
+    pub(crate) fn new(
+        rank: usize,
+        endpoints: Arc<[usize]>,
+        hosts: Hosts,
+        config: Config,
+        registry: Arc<Registry>,
+        id: u64,
+    ) -> Result<Self> {
+        let size = endpoints.len();
+        if rank >= size || hosts.nranks() != size {
+            return Err(Error::internal(format!(
+                "rank {rank} of {size}, hosts for {}",
+                hosts.nranks()
+            )));
+        }
+        let conns = Conns::new(
+            Arc::clone(&registry),
+            id,
+            rank,
+            Arc::clone(&endpoints),
+            config.slot_bytes(),
+        );
+        let engine = Mutex::new(Engine::new(conns, rank));
+        let inner = Inner {
+            rank,
+            size,
+            id,
+            hosts,
+            config,
+            endpoints,
+            registry,
+            seq: AtomicU64::new(0),
+            splits: AtomicU64::new(0),
+            engine,
+        };
+        Ok(Group {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// This rank, `0..size()`.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Ranks in the group.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Which ranks share a host.
+    pub fn hosts(&self) -> &Hosts {
+        &self.inner.hosts
+    }
+
+    /// The configuration calls follow.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The typed communicator for elements of `T` on this group.
+    pub fn typed<T: Reduce>(&self) -> Communicator<T> {
+        Communicator::new(self.clone())
+    }
+
+    pub(crate) fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> Result<R>) -> Result<R> {
+        let mut e = self
+            .inner
+            .engine
+            .lock()
+            .map_err(|_| Error::internal("engine lock poisoned"))?;
+        f(&mut e)
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.inner.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Plans and queues a call; the id to wait on.
+    ///
+    /// # Safety
+    ///
+    /// The call's buffers must stay valid and untouched by anyone else until
+    /// the returned call has finished or failed (see [`Exec::new`]).
+    pub(crate) unsafe fn submit<T: Reduce, O: ReduceOp<T>>(
+        &self,
+        call: Call<T>,
+        seq: u64,
+        on_done: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<u64> {
+        let inner = &self.inner;
+        let bytes = call.count.saturating_mul(std::mem::size_of::<T>());
+        let choice = tune::choose(
+            call.coll,
+            bytes,
+            std::mem::size_of::<T>(),
+            &inner.hosts,
+            &inner.config,
+        );
+        let params = Params {
+            nranks: inner.size,
+            rank: inner.rank,
+            count: call.count,
+            root: call.root,
+            channels: choice.channels,
+            chunk: choice.chunk,
+            in_place: call.in_place,
+            hosts: &inner.hosts,
+        };
+        let sched = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
+        let layout = call
+            .coll
+            .layout(inner.size, inner.rank, call.count, call.root, call.in_place);
+        let base = if matches!(call.coll, Coll::Send | Coll::Recv) {
+            P2P_CHANNEL
+        } else {
+            0
+        };
+        let finish_ranks = call.coll.reduces().then_some(inner.size);
+        self.with_engine(|eng| {
+            eng.check_usable()?;
+            // SAFETY: forwarded from this function's contract.
+            let exec = unsafe {
+                Exec::<T, O>::new(
+                    sched,
+                    layout,
+                    call.input,
+                    call.output,
+                    choice.slot_elems,
+                    &mut eng.conns,
+                    base,
+                )?
+            };
+            let uses = exec.uses(&eng.conns);
+            let op = CallOp {
+                exec,
+                uses,
+                finish_ranks,
+                on_done,
+            };
+            eng.submit(Box::new(op), call.coll.name(), seq, inner.config.timeout)
+        })
+    }
+
+    /// Runs call number `seq` to completion.
+    ///
+    /// # Safety
+    ///
+    /// As [`submit`](Self::submit); the buffers are borrowed for the call.
+    pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(
+        &self,
+        call: Call<T>,
+        seq: u64,
+    ) -> Result<()> {
+        // SAFETY: forwarded; the blocking wait below ends the call (finished
+        // or failed and removed from the queue) before the borrow ends.
+        let id = unsafe { self.submit::<T, O>(call, seq, None) }?;
+        self.with_engine(|e| e.wait(id))
+    }
+
+    fn barrier_call() -> Call<u8> {
+        let p = std::ptr::NonNull::<u8>::dangling().as_ptr();
+        Call {
+            coll: Coll::Barrier,
+            count: 0,
+            root: 0,
+            input: p,
+            output: p,
+            in_place: false,
+        }
+    }
+
+    /// Blocks until every rank of the group has entered the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        let seq = self.next_seq();
+        // SAFETY: a barrier touches no user buffer (only its own scratch).
+        unsafe { self.run_numbered::<u8, BitOr>(Self::barrier_call(), seq) }
+            .map_err(|e| e.in_call("barrier", seq).at_rank(self.rank()))
+    }
+
+    /// A barrier that completes in the background.
+    pub fn ibarrier(&self) -> Request<()> {
+        let seq = self.next_seq();
+        let call = Self::barrier_call();
+        let slot = Arc::new(Mutex::new(None));
+        let s2 = Arc::clone(&slot);
+        let done: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if let Ok(mut s) = s2.lock() {
+                *s = Some(());
+            }
+        });
+        // SAFETY: no user buffer.
+        match unsafe { self.submit::<u8, BitOr>(call, seq, Some(done)) } {
+            Ok(id) => Request::new(self.clone(), id, slot),
+            Err(e) => Request::failed(self.clone(), e.in_call("barrier", seq).at_rank(self.rank())),
+        }
+    }
+
+    /// Splits the group like `MPI_Comm_split`: ranks passing the same
+    /// `color` form a new group, ordered by `key` then by their rank here.
+    /// A rank passing `None` takes part in the exchange but joins no group
+    /// and gets `Ok(None)`. Every rank of this group must call it.
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Group>> {
+        let n = self.size();
+        let mine = [color.map_or(-1, i64::from), key];
+        let mut table = vec![0i64; 2 * n];
+        self.typed::<i64>().all_gather(&mine, &mut table)?;
+        let Some(color) = color else { return Ok(None) };
+        let mut members: Vec<(i64, usize)> = (0..n)
+            .filter(|&r| table[2 * r] == i64::from(color))
+            .map(|r| (table[2 * r + 1], r))
+            .collect();
+        members.sort_unstable();
+        let ranks: Vec<usize> = members.iter().map(|&(_, r)| r).collect();
+        let rank = ranks
+            .iter()
+            .position(|&r| r == self.rank())
+            .ok_or_else(|| Error::internal("split lost this rank"))?;
+        let endpoints: Arc<[usize]> = ranks.iter().map(|&r| self.inner.endpoints[r]).collect();
+        let nth = self.inner.splits.fetch_add(1, Ordering::Relaxed);
+        let id = fnv(&[self.inner.id, nth, u64::from(color)]);
+        let hosts = self.inner.hosts.subset(&ranks);
+        Group::new(
+            rank,
+            endpoints,
+            hosts,
+            self.inner.config.clone(),
+            Arc::clone(&self.inner.registry),
+            id,
+        )
+        .map(Some)
+    }
+
+    pub(crate) fn check_root(&self, what: &'static str, rank: usize) -> Result<()> {
+        if rank >= self.size() {
+            return Err(Error::new(ErrorKind::RankOutOfRange {
+                what,
+                rank,
+                size: self.size(),
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// FNV-1a over words: a communicator id every member derives alike.
+fn fnv(words: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for w in words {
+        for b in w.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}

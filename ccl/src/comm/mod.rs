@@ -1,0 +1,11 @@
+//! The communicator API: [`Group`] (untyped), [`Communicator<T>`] (typed),
+//! [`Request`] (non-blocking calls).
+
+mod engine;
+mod group;
+mod request;
+mod typed;
+
+pub use group::Group;
+pub use request::Request;
+pub use typed::Communicator;

@@ -1,0 +1,222 @@
+//! Every `CCL_*` knob, declared once: name, type, default, one-line doc.
+//! The README's table is checked against [`KNOBS`] by a test.
+
+use crate::algo::Algo;
+use crate::error::{Error, ErrorKind, Result};
+use std::time::Duration;
+
+/// Slots per connection (NCCL's `NCCL_STEPS`).
+pub const NSLOTS: usize = 8;
+
+/// How much ccl prints to stderr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Nothing.
+    None,
+    /// Problems only.
+    #[default]
+    Warn,
+    /// The choice of algorithm per call and size class.
+    Info,
+    /// Everything.
+    Trace,
+}
+
+/// A knob's declaration, for documentation and checks.
+#[derive(Clone, Copy, Debug)]
+pub struct Knob {
+    /// Environment variable.
+    pub var: &'static str,
+    /// Default, as written in the README.
+    pub default: &'static str,
+    /// What it does.
+    pub doc: &'static str,
+}
+
+/// Parses one knob's value.
+pub trait KnobValue: Sized {
+    /// Parses `s`, or says why not.
+    fn parse_knob(s: &str) -> std::result::Result<Self, String>;
+}
+
+impl KnobValue for usize {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        let (num, mul) = match s.to_ascii_uppercase().chars().last() {
+            Some('K') => (&s[..s.len() - 1], 1 << 10),
+            Some('M') => (&s[..s.len() - 1], 1 << 20),
+            Some('G') => (&s[..s.len() - 1], 1 << 30),
+            _ => (s, 1),
+        };
+        num.parse::<usize>()
+            .ok()
+            .and_then(|v| v.checked_mul(mul))
+            .ok_or_else(|| "expected a non-negative integer (K, M, G suffixes allowed)".to_string())
+    }
+}
+
+impl KnobValue for Duration {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| "expected a positive number of seconds".to_string())
+    }
+}
+
+impl KnobValue for Option<Algo> {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(None),
+            other => other.parse().map(Some),
+        }
+    }
+}
+
+impl KnobValue for LogLevel {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "NONE" | "" => Ok(LogLevel::None),
+            "WARN" => Ok(LogLevel::Warn),
+            "INFO" => Ok(LogLevel::Info),
+            "TRACE" => Ok(LogLevel::Trace),
+            _ => Err("expected NONE, WARN, INFO or TRACE".into()),
+        }
+    }
+}
+
+macro_rules! knobs {
+    ($($(#[doc = $doc:literal])* $field:ident: $ty:ty = $default:expr, $var:literal, $shown:literal;)*) => {
+        /// The configuration of a communicator: defaults, overridden by
+        /// `CCL_*` environment variables, overridable in code.
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct Config {
+            $($(#[doc = $doc])* pub $field: $ty,)*
+        }
+
+        impl Default for Config {
+            fn default() -> Self {
+                Config { $($field: $default,)* }
+            }
+        }
+
+        /// Every knob, in README order.
+        pub const KNOBS: &[Knob] = &[$(Knob { var: $var, default: $shown, doc: concat!($($doc),*) },)*];
+
+        impl Config {
+            /// Defaults overridden by whatever `lookup` returns for each variable.
+            pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+                let mut c = Config::default();
+                $(
+                    if let Some(v) = lookup($var) {
+                        c.$field = <$ty as KnobValue>::parse_knob(&v).map_err(|why| {
+                            Error::new(ErrorKind::Config { var: $var, value: v.clone(), why })
+                        })?;
+                    }
+                )*
+                c.check()?;
+                Ok(c)
+            }
+        }
+    };
+}
+
+knobs! {
+    /// Algorithm for every call it implements: auto, ring, tree, rd, rhd, ring-ring, tree-ring.
+    algo: Option<Algo> = None, "CCL_ALGO", "auto";
+    /// Channels (independent rings or trees) each call is spread over.
+    nchannels: usize = 1, "CCL_NCHANNELS", "1";
+    /// Bytes of slot memory per connection, split into 8 slots.
+    buffsize: usize = 1 << 20, "CCL_BUFFSIZE", "1M";
+    /// Bytes per pipeline piece; 0 picks half a connection's slots (larger values are capped there).
+    chunksize: usize = 0, "CCL_CHUNKSIZE", "0";
+    /// Seconds a call may wait for its peers before it fails.
+    timeout: Duration = Duration::from_secs(300), "CCL_TIMEOUT", "300";
+    /// What ccl prints to stderr: NONE, WARN, INFO (algorithm choices), TRACE.
+    debug: LogLevel = LogLevel::Warn, "CCL_DEBUG", "WARN";
+}
+
+impl Config {
+    /// Defaults overridden by the process environment.
+    pub fn from_env() -> Result<Self> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Bytes per slot.
+    pub fn slot_bytes(&self) -> usize {
+        (self.buffsize / NSLOTS).max(64) / 64 * 64
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |var: &'static str, value: String, why: &str| {
+            Err(Error::new(ErrorKind::Config {
+                var,
+                value,
+                why: why.into(),
+            }))
+        };
+        if self.nchannels == 0 || self.nchannels > 64 {
+            return bad(
+                "CCL_NCHANNELS",
+                self.nchannels.to_string(),
+                "expected 1..=64",
+            );
+        }
+        if self.buffsize < NSLOTS * 64 || self.buffsize > 1 << 30 {
+            return bad(
+                "CCL_BUFFSIZE",
+                self.buffsize.to_string(),
+                "expected 512 bytes ..= 1 GiB",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_overrides_and_rejects() {
+        let c = Config::from_lookup(|k| match k {
+            "CCL_ALGO" => Some("Ring".into()),
+            "CCL_BUFFSIZE" => Some("64K".into()),
+            "CCL_TIMEOUT" => Some("2.5".into()),
+            _ => None,
+        })
+        .expect("valid");
+        assert_eq!(c.algo, Some(Algo::Ring));
+        assert_eq!(c.slot_bytes(), 8192);
+        assert_eq!(c.timeout, Duration::from_millis(2500));
+        let e = Config::from_lookup(|k| (k == "CCL_ALGO").then(|| "bogus".into()))
+            .expect_err("bad algo");
+        assert!(
+            e.to_string()
+                .starts_with("CCL_ALGO=\"bogus\": unknown algorithm"),
+            "{e}"
+        );
+        assert!(Config::from_lookup(|k| (k == "CCL_NCHANNELS").then(|| "0".into())).is_err());
+        assert!(Config::from_lookup(|k| (k == "CCL_TIMEOUT").then(|| "-1".into())).is_err());
+    }
+
+    /// The README documents every knob with its default.
+    #[test]
+    fn readme_table_lists_every_knob() {
+        let readme = include_str!("../../README.md");
+        for k in KNOBS {
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{}`", k.var)));
+            let row = row.unwrap_or_else(|| panic!("README has no row for {}", k.var));
+            assert!(
+                row.contains(&format!("`{}`", k.default)),
+                "README row for {} lacks default {}",
+                k.var,
+                k.default
+            );
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! A communicator's connections, made on first use and kept for its life.
+
+use crate::error::{Error, Result};
+use crate::transport::doorbell::Doorbell;
+use crate::transport::{ConnKey, RecvConn, Registry, SendConn};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The connections of one communicator on this rank.
+pub struct Conns {
+    reg: Arc<Registry>,
+    comm: u64,
+    me: usize,
+    endpoints: Arc<[usize]>,
+    slot_bytes: usize,
+    send_idx: HashMap<(usize, u32), usize>,
+    sends: Vec<SendConn>,
+    recv_idx: HashMap<(usize, u32), usize>,
+    recvs: Vec<RecvConn>,
+}
+
+impl Conns {
+    /// Connections of communicator `comm` for group rank `me`; group rank
+    /// `r` is transport endpoint `endpoints[r]`.
+    pub fn new(
+        reg: Arc<Registry>,
+        comm: u64,
+        me: usize,
+        endpoints: Arc<[usize]>,
+        slot_bytes: usize,
+    ) -> Self {
+        Conns {
+            reg,
+            comm,
+            me,
+            endpoints,
+            slot_bytes,
+            send_idx: HashMap::new(),
+            sends: Vec::new(),
+            recv_idx: HashMap::new(),
+            recvs: Vec::new(),
+        }
+    }
+
+    fn key(&self, from: usize, to: usize, channel: u32) -> Result<ConnKey> {
+        let ep = |r: usize| {
+            self.endpoints
+                .get(r)
+                .copied()
+                .ok_or_else(|| Error::internal(format!("rank {r} outside the group")))
+        };
+        Ok(ConnKey {
+            comm: self.comm,
+            from: ep(from)?,
+            to: ep(to)?,
+            channel,
+        })
+    }
+
+    /// Index of the sending connection to `peer` on `channel`.
+    pub fn send(&mut self, peer: usize, channel: u32) -> Result<usize> {
+        if let Some(&i) = self.send_idx.get(&(peer, channel)) {
+            return Ok(i);
+        }
+        let key = self.key(self.me, peer, channel)?;
+        let c = self.reg.connect_send(key).map_err(|e| e.with_peer(peer))?;
+        if c.slot_bytes() < self.slot_bytes {
+            return Err(Error::transport(format!(
+                "slots of {} B, need {}",
+                c.slot_bytes(),
+                self.slot_bytes
+            ))
+            .with_peer(peer));
+        }
+        self.sends.push(c);
+        self.send_idx.insert((peer, channel), self.sends.len() - 1);
+        Ok(self.sends.len() - 1)
+    }
+
+    /// Index of the receiving connection from `peer` on `channel`.
+    pub fn recv(&mut self, peer: usize, channel: u32) -> Result<usize> {
+        if let Some(&i) = self.recv_idx.get(&(peer, channel)) {
+            return Ok(i);
+        }
+        let key = self.key(peer, self.me, channel)?;
+        let c = self.reg.connect_recv(key).map_err(|e| e.with_peer(peer))?;
+        if c.slot_bytes() < self.slot_bytes {
+            return Err(Error::transport(format!(
+                "slots of {} B, need {}",
+                c.slot_bytes(),
+                self.slot_bytes
+            ))
+            .with_peer(peer));
+        }
+        self.recvs.push(c);
+        self.recv_idx.insert((peer, channel), self.recvs.len() - 1);
+        Ok(self.recvs.len() - 1)
+    }
+
+    /// The sending connection at `i` (from [`send`](Self::send)).
+    pub fn send_at(&mut self, i: usize) -> &mut SendConn {
+        &mut self.sends[i]
+    }
+
+    /// The receiving connection at `i` (from [`recv`](Self::recv)).
+    pub fn recv_at(&mut self, i: usize) -> &mut RecvConn {
+        &mut self.recvs[i]
+    }
+
+    /// A number naming sending connection `i` among all of this communicator's.
+    pub fn send_id(&self, i: usize) -> usize {
+        2 * i
+    }
+
+    /// A number naming receiving connection `i` among all of this communicator's.
+    pub fn recv_id(&self, i: usize) -> usize {
+        2 * i + 1
+    }
+
+    /// Bytes per slot every connection provides.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// This rank's doorbell.
+    pub fn bell(&self) -> &Doorbell {
+        self.reg.bell()
+    }
+
+    /// Whether the transports are still up.
+    pub fn check_alive(&self) -> Result<()> {
+        self.reg.check_alive()
+    }
+}

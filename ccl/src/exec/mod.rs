@@ -1,0 +1,316 @@
+//! The progress engine's core: runs one rank's [`Schedule`] over
+//! connections, slot by slot, advancing every channel that can move.
+//!
+//! The executor knows no algorithm. It validates a schedule against its
+//! buffers once (every region inside its buffer, fused operands identical
+//! or disjoint), then moves data with the vectorised kernels straight
+//! between user memory and slots: a receive reduces out of the incoming
+//! slot, a fused receive-reduce-send writes the result into the outgoing
+//! slot, and nothing is copied twice.
+
+mod conns;
+
+pub use conns::Conns;
+
+use crate::algo::{Buf, Layout, Region, Schedule, Step};
+use crate::error::{Error, ErrorKind, Result};
+use crate::op::ReduceOp;
+use crate::Reduce;
+use std::marker::PhantomData;
+
+/// Connection indices a step uses: (send, recv).
+type Link = (Option<usize>, Option<usize>);
+
+/// One call in progress on this rank.
+pub struct Exec<T: Reduce, O: ReduceOp<T>> {
+    sched: Schedule,
+    layout: Layout,
+    input: *const T,
+    output: *mut T,
+    scratch: Vec<T>,
+    pcs: Vec<(usize, usize)>,
+    links: Vec<Vec<Link>>,
+    slot_elems: usize,
+    _op: PhantomData<O>,
+}
+
+// SAFETY: the raw pointers refer to buffers the caller guarantees stay
+// valid and unaliased while the call runs (a borrow held across the
+// blocking call, or a Vec owned by the same pending operation); nothing in
+// `Exec` is tied to the thread that created it.
+unsafe impl<T: Reduce, O: ReduceOp<T>> Send for Exec<T, O> {}
+
+impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
+    /// Prepares `sched` over the given buffers, connecting every link it uses.
+    ///
+    /// # Safety
+    ///
+    /// `input` must be valid for reads of `layout.capacity(Input)` elements
+    /// and `output` for reads and writes of `layout.capacity(Output)`
+    /// elements (in place: `input` is ignored and `output` covers the
+    /// shared buffer), for as long as this `Exec` is advanced, and nothing
+    /// else may access the output memory meanwhile.
+    pub unsafe fn new(
+        sched: Schedule,
+        layout: Layout,
+        input: *const T,
+        output: *mut T,
+        slot_elems: usize,
+        conns: &mut Conns,
+        channel_base: u32,
+    ) -> Result<Self> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
+            return Err(Error::new(ErrorKind::Unsupported(format!(
+                "element type {} (size {size}, alignment {})",
+                T::NAME,
+                std::mem::align_of::<T>()
+            ))));
+        }
+        validate(&sched, &layout)?;
+        let mut links = Vec::with_capacity(sched.channels.len());
+        for (c, ch) in sched.channels.iter().enumerate() {
+            let channel = channel_base + c as u32;
+            let mut l = Vec::with_capacity(ch.len());
+            for st in ch {
+                let s = st.send_peer().map(|p| conns.send(p, channel)).transpose()?;
+                let r = st.recv_peer().map(|p| conns.recv(p, channel)).transpose()?;
+                l.push((s, r));
+            }
+            links.push(l);
+        }
+        if slot_elems == 0 || slot_elems * size > conns.slot_bytes() {
+            return Err(Error::internal(format!(
+                "{slot_elems} elements of {size} B do not fit a slot"
+            )));
+        }
+        let scratch = vec![T::zeroed(); sched.scratch];
+        let pcs = vec![(0, 0); sched.channels.len()];
+        let input = if layout.in_place.is_some() {
+            output as *const T
+        } else {
+            input
+        };
+        Ok(Exec {
+            sched,
+            layout,
+            input,
+            output,
+            scratch,
+            pcs,
+            links,
+            slot_elems,
+            _op: PhantomData,
+        })
+    }
+
+    /// Whether every channel has finished.
+    pub fn done(&self) -> bool {
+        self.pcs
+            .iter()
+            .zip(&self.sched.channels)
+            .all(|(&(i, _), ch)| i >= ch.len())
+    }
+
+    /// Advances every channel as far as it can go now; `true` if anything moved.
+    pub fn advance(&mut self, conns: &mut Conns) -> Result<bool> {
+        let mut moved = false;
+        for c in 0..self.pcs.len() {
+            while self.step(c, conns)? {
+                moved = true;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Applies the operator's finishing pass (Avg's division) to the output.
+    pub fn finish(&mut self, nranks: usize) {
+        let out = self
+            .layout
+            .resolve(Region::new(Buf::Output, 0, self.layout.output));
+        // SAFETY: validated region of the output buffer; no slot or other
+        // slice is alive.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr(out), out.len) };
+        O::finish(dst, nranks);
+    }
+
+    /// What the unfinished channels wait for, for timeout messages.
+    pub fn waiting(&self) -> String {
+        let mut w = Vec::new();
+        for (c, &(i, _)) in self.pcs.iter().enumerate() {
+            if let Some(st) = self.sched.channels[c].get(i) {
+                let what = match (st.recv_peer(), st.send_peer()) {
+                    (Some(f), _) => format!("to receive from rank {f}"),
+                    (None, Some(t)) => format!("for a free slot towards rank {t}"),
+                    _ => "on a local step".into(),
+                };
+                w.push(format!("channel {c} step {i} waiting {what}"));
+            }
+        }
+        w.join("; ")
+    }
+
+    /// The connections this call uses, as (peer, channel, is_send).
+    pub fn uses(&self, conns: &Conns) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .links
+            .iter()
+            .flatten()
+            .flat_map(|&(s, r)| [s.map(|i| conns.send_id(i)), r.map(|i| conns.recv_id(i))])
+            .flatten()
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn ptr(&self, r: Region) -> *mut T {
+        let base = match r.buf {
+            Buf::Input => self.input as *mut T,
+            Buf::Output => self.output,
+            Buf::Scratch => self.scratch.as_ptr() as *mut T,
+        };
+        // SAFETY: `r` is a resolved, validated region, so `r.off` is within
+        // (or one past) the buffer `base` points to.
+        unsafe { base.add(r.off) }
+    }
+
+    /// Moves channel `c` by one slot (or one local step).
+    fn step(&mut self, c: usize, conns: &mut Conns) -> Result<bool> {
+        let (i, u) = self.pcs[c];
+        let Some(&st) = self.sched.channels[c].get(i) else {
+            return Ok(false);
+        };
+        let (si, ri) = self.links[c][i];
+        let size = std::mem::size_of::<T>();
+        let se = self.slot_elems;
+        let len = st.len();
+        let off = u * se;
+        let n = len.saturating_sub(off).min(se);
+        // the slice of region `g` this slot covers
+        let at = |g: Region| self.layout.resolve(Region::new(g.buf, g.off + off, n));
+
+        // claim the incoming and outgoing slots before touching anything
+        let incoming = match ri {
+            Some(ri) => match conns.recv_at(ri).peek() {
+                Some((p, bytes)) => {
+                    if bytes != n * size {
+                        let peer = st.recv_peer().unwrap_or(0);
+                        return Err(Error::new(ErrorKind::MessageSize {
+                            expected: n * size,
+                            got: bytes,
+                        })
+                        .with_peer(peer));
+                    }
+                    Some(p as *const T)
+                }
+                None => return Ok(false),
+            },
+            None => None,
+        };
+        let outgoing = match si {
+            Some(si) => match conns.send_at(si).reserve() {
+                Some(p) => Some(p as *mut T),
+                None => return Ok(false),
+            },
+            None => None,
+        };
+        // SAFETY (for every slice below): regions were validated against
+        // their buffers in `new`, and fused operands are identical (handled
+        // by the `same` branches) or disjoint; a peeked slot holds `n`
+        // elements (checked above) and is ours until released; a reserved
+        // slot holds at least `slot_elems ≥ n` elements (checked in `new`)
+        // and is ours until posted; slots are 64-byte aligned and T's
+        // alignment is at most 64; every bit pattern is a valid T.
+        let slot_in =
+            || unsafe { std::slice::from_raw_parts(incoming.unwrap_or(std::ptr::null()), n) };
+        let slot_out = || unsafe {
+            std::slice::from_raw_parts_mut(outgoing.unwrap_or(std::ptr::null_mut()), n)
+        };
+        let mem = |r: Region| unsafe { std::slice::from_raw_parts(self.ptr(r) as *const T, r.len) };
+        let mem_mut = |r: Region| unsafe { std::slice::from_raw_parts_mut(self.ptr(r), r.len) };
+        let mut local = false;
+        match st {
+            Step::Send { src, .. } => slot_out().copy_from_slice(mem(at(src))),
+            Step::Recv { dst, .. } => mem_mut(at(dst)).copy_from_slice(slot_in()),
+            Step::RecvReduce { src, dst, .. } => {
+                let (s, d) = (at(src), at(dst));
+                if s == d {
+                    O::reduce_into(mem_mut(d), slot_in());
+                } else {
+                    O::reduce3(mem_mut(d), mem(s), slot_in());
+                }
+            }
+            Step::RecvReduceSend { src, .. } => O::reduce3(slot_out(), mem(at(src)), slot_in()),
+            Step::RecvReduceCopySend { src, dst, .. } => {
+                let (s, d) = (at(src), at(dst));
+                if s == d {
+                    O::reduce_into(mem_mut(d), slot_in());
+                } else {
+                    O::reduce3(mem_mut(d), mem(s), slot_in());
+                }
+                slot_out().copy_from_slice(mem(d));
+            }
+            Step::RecvCopySend { dst, .. } => {
+                mem_mut(at(dst)).copy_from_slice(slot_in());
+                slot_out().copy_from_slice(slot_in());
+            }
+            Step::Copy { src, dst } => {
+                let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
+                if s != d {
+                    mem_mut(d).copy_from_slice(mem(s));
+                }
+                local = true;
+            }
+            Step::Reduce { src, dst } => {
+                let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
+                O::reduce_into(mem_mut(d), mem(s));
+                local = true;
+            }
+        }
+        if let Some(si) = si {
+            conns.send_at(si).post(n * size);
+        }
+        if let Some(ri) = ri {
+            conns.recv_at(ri).release();
+        }
+        let slots = len.div_ceil(se).max(1);
+        self.pcs[c] = if local || u + 1 >= slots {
+            (i + 1, 0)
+        } else {
+            (i, u + 1)
+        };
+        Ok(true)
+    }
+}
+
+/// Every region inside its buffer; fused operands identical or disjoint.
+fn validate(s: &Schedule, l: &Layout) -> Result<()> {
+    for ch in &s.channels {
+        for st in ch {
+            let mut regs = st.reads();
+            regs.extend(st.writes());
+            for g in regs {
+                let g = l.resolve(g);
+                if g.end() > l.capacity(g.buf, s.scratch) {
+                    return Err(Error::internal(format!(
+                        "{st:?} reaches past the end of {:?}",
+                        g.buf
+                    )));
+                }
+            }
+            if let Some(w) = st.writes() {
+                let w = l.resolve(w);
+                for g in st.reads() {
+                    let g = l.resolve(g);
+                    if g != w && g.buf == w.buf && g.off < w.end() && w.off < g.end() {
+                        return Err(Error::internal(format!(
+                            "{st:?} has partially overlapping operands"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,254 @@
+//! A one-way FIFO of fixed-size slots: NCCL's STEPS.
+//!
+//! The sender fills the slot at `head % nslots` and publishes it by
+//! advancing `head` (release); the receiver sees it by reading `head`
+//! (acquire), reduces or copies straight out of the slot, and hands it back
+//! by advancing `tail` (release). Each counter has one writer. Slots are
+//! 64-byte aligned so any element type up to that alignment can be read in
+//! place. The memory is one allocation here; a shared mapping later.
+
+use super::doorbell::Doorbell;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Alignment of every slot.
+pub const SLOT_ALIGN: usize = 64;
+
+#[repr(C, align(64))]
+struct Counter(AtomicU64);
+
+/// The shared part: counters, slot lengths, slot data.
+pub struct FifoMem {
+    base: *mut u8,
+    layout: Layout,
+    nslots: usize,
+    slot_bytes: usize,
+}
+
+// SAFETY: the memory is only touched through atomics (counters, lengths) or
+// through slots that the head/tail protocol hands to exactly one side at a
+// time; the raw pointer is owned and freed once, on drop.
+unsafe impl Send for FifoMem {}
+// SAFETY: as above: concurrent access is confined to atomics and to slots
+// owned by one side.
+unsafe impl Sync for FifoMem {}
+
+impl FifoMem {
+    /// A FIFO of `nslots` slots of `slot_bytes` each (rounded up to 64).
+    pub fn new(nslots: usize, slot_bytes: usize) -> Option<Arc<Self>> {
+        let nslots = nslots.max(1);
+        let slot_bytes = slot_bytes.max(1).div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+        let size = Self::data_off(nslots).checked_add(nslots.checked_mul(slot_bytes)?)?;
+        let layout = Layout::from_size_align(size, SLOT_ALIGN).ok()?;
+        // SAFETY: `layout` has a non-zero size (two counters at least).
+        let base = unsafe { alloc_zeroed(layout) };
+        if base.is_null() {
+            return None;
+        }
+        Some(Arc::new(FifoMem {
+            base,
+            layout,
+            nslots,
+            slot_bytes,
+        }))
+    }
+
+    fn lens_off() -> usize {
+        2 * std::mem::size_of::<Counter>()
+    }
+
+    fn data_off(nslots: usize) -> usize {
+        (Self::lens_off() + nslots * 4).div_ceil(SLOT_ALIGN) * SLOT_ALIGN
+    }
+
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: offset 0 holds a zero-initialised, 64-aligned Counter that
+        // lives as long as `self`; AtomicU64 accepts any bit pattern.
+        unsafe { &(*(self.base as *const Counter)).0 }
+    }
+
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: as `head`, at the second Counter.
+        unsafe { &(*(self.base.add(std::mem::size_of::<Counter>()) as *const Counter)).0 }
+    }
+
+    fn len_of(&self, slot: usize) -> &AtomicU32 {
+        debug_assert!(slot < self.nslots);
+        // SAFETY: `slot < nslots`, so the u32 lies inside the lengths array,
+        // 4-aligned after the 128-byte counters, zero-initialised.
+        unsafe { &*(self.base.add(Self::lens_off() + 4 * slot) as *const AtomicU32) }
+    }
+
+    fn slot_ptr(&self, slot: usize) -> *mut u8 {
+        // SAFETY: `slot < nslots` (callers reduce modulo nslots), so the
+        // offset stays inside the allocation.
+        unsafe {
+            self.base
+                .add(Self::data_off(self.nslots) + (slot % self.nslots) * self.slot_bytes)
+        }
+    }
+
+    /// Bytes per slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Slots in the FIFO.
+    pub fn nslots(&self) -> usize {
+        self.nslots
+    }
+}
+
+impl Drop for FifoMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with exactly this layout, freed once.
+        unsafe { dealloc(self.base, self.layout) }
+    }
+}
+
+/// The sending end.
+pub struct FifoSend {
+    mem: Arc<FifoMem>,
+    head: u64,
+    receiver: Arc<Doorbell>,
+}
+
+/// The receiving end.
+pub struct FifoRecv {
+    mem: Arc<FifoMem>,
+    tail: u64,
+    sender: Arc<Doorbell>,
+}
+
+impl FifoSend {
+    /// The sending end of `mem`; posting rings `receiver`.
+    pub fn new(mem: Arc<FifoMem>, receiver: Arc<Doorbell>) -> Self {
+        let head = mem.head().load(Ordering::Acquire);
+        FifoSend {
+            mem,
+            head,
+            receiver,
+        }
+    }
+
+    /// The next free slot, if the receiver has released one.
+    pub fn reserve(&mut self) -> Option<*mut u8> {
+        let tail = self.mem.tail().load(Ordering::Acquire);
+        (self.head - tail < self.mem.nslots as u64).then(|| {
+            self.mem
+                .slot_ptr((self.head % self.mem.nslots as u64) as usize)
+        })
+    }
+
+    /// Publishes the reserved slot holding `bytes` bytes.
+    pub fn post(&mut self, bytes: usize) {
+        let slot = (self.head % self.mem.nslots as u64) as usize;
+        self.mem.len_of(slot).store(bytes as u32, Ordering::Relaxed);
+        self.head += 1;
+        self.mem.head().store(self.head, Ordering::Release);
+        self.receiver.ring();
+    }
+
+    /// Bytes per slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.mem.slot_bytes
+    }
+}
+
+impl FifoRecv {
+    /// The receiving end of `mem`; releasing rings `sender`.
+    pub fn new(mem: Arc<FifoMem>, sender: Arc<Doorbell>) -> Self {
+        let tail = mem.tail().load(Ordering::Acquire);
+        FifoRecv { mem, tail, sender }
+    }
+
+    /// The oldest posted slot and its length, if any.
+    pub fn peek(&mut self) -> Option<(*const u8, usize)> {
+        let head = self.mem.head().load(Ordering::Acquire);
+        (head > self.tail).then(|| {
+            let slot = (self.tail % self.mem.nslots as u64) as usize;
+            (
+                self.mem.slot_ptr(slot) as *const u8,
+                self.mem.len_of(slot).load(Ordering::Relaxed) as usize,
+            )
+        })
+    }
+
+    /// Hands the peeked slot back to the sender.
+    pub fn release(&mut self) {
+        self.tail += 1;
+        self.mem.tail().store(self.tail, Ordering::Release);
+        self.sender.ring();
+    }
+
+    /// Bytes per slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.mem.slot_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_flow_in_order_and_respect_capacity() {
+        let mem = FifoMem::new(4, 100).expect("alloc");
+        assert_eq!(mem.slot_bytes(), 128);
+        let (b1, b2) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+        let mut tx = FifoSend::new(Arc::clone(&mem), Arc::clone(&b1));
+        let mut rx = FifoRecv::new(mem, b2);
+        for i in 0..4u8 {
+            let p = tx.reserve().expect("free slot");
+            assert_eq!(p as usize % SLOT_ALIGN, 0);
+            // SAFETY: the reserved slot is ours until posted; 128 bytes.
+            unsafe { p.write(i) };
+            tx.post(1 + i as usize);
+        }
+        assert!(tx.reserve().is_none(), "full after 4");
+        for i in 0..4u8 {
+            let (p, len) = rx.peek().expect("posted");
+            // SAFETY: the peeked slot is ours until released.
+            assert_eq!(unsafe { p.read() }, i);
+            assert_eq!(len, 1 + i as usize);
+            rx.release();
+        }
+        assert!(rx.peek().is_none());
+        assert!(tx.reserve().is_some());
+    }
+
+    #[test]
+    fn threads_pass_a_stream() {
+        let mem = FifoMem::new(2, 64).expect("alloc");
+        let (b1, b2) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+        let mut tx = FifoSend::new(Arc::clone(&mem), Arc::clone(&b1));
+        let mut rx = FifoRecv::new(mem, b2);
+        let n = 10_000u64;
+        let t = std::thread::spawn(move || {
+            for i in 0..n {
+                loop {
+                    if let Some(p) = tx.reserve() {
+                        // SAFETY: reserved slot, 64-aligned, 64 bytes.
+                        unsafe { (p as *mut u64).write(i) };
+                        tx.post(8);
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let mut next = 0;
+        while next < n {
+            if let Some((p, _)) = rx.peek() {
+                // SAFETY: peeked slot holds the u64 written before the post.
+                assert_eq!(unsafe { (p as *const u64).read() }, next);
+                rx.release();
+                next += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        t.join().expect("sender");
+    }
+}
