@@ -54,12 +54,26 @@ pub fn derive(input: &syn::DeriveInput) -> syn::Result<TokenStream> {
         .map(|w| w.predicates.iter().collect::<Vec<_>>())
         .unwrap_or_default();
 
-    // Every field must be Reduce; the bound sits on the field's own span so
-    // the compiler points at the field that is not.
+    // Bounds are written higher-ranked (`for<'__ccl>`) so that a bound that
+    // can never hold (a `String` field) does not fail at the impl, five
+    // times over; instead one assertion per field, on the field's span,
+    // says which field is not `Reduce`. Generic fields are checked where
+    // the struct is used with concrete types.
+    let generic = input.generics.type_params().next().is_some()
+        || input.generics.const_params().next().is_some();
     let field_bounds = fields
         .iter()
-        .map(|(_, ty, _)| quote_spanned!(ty.span()=> #ty: ::ccl::Reduce));
+        .map(|(_, ty, _)| quote!(for<'__ccl> #ty: ::ccl::Reduce));
+    let assertions = fields.iter().filter(|_| !generic).map(|(_, ty, _)| {
+        quote_spanned! {ty.span()=>
+            const _: fn() = || {
+                fn field_must_be_reduce<T: ::ccl::Reduce>() {}
+                field_must_be_reduce::<#ty>();
+            };
+        }
+    });
     let reduce_impl = quote! {
+        #(#assertions)*
         // SAFETY: every field is `Reduce` (the bounds below), so the struct is
         // plain data whose non-padding bytes are valid for any bit pattern.
         unsafe impl #impl_g ::ccl::Reduce for #name #ty_g where #(#preds,)* #(#field_bounds,)* {
@@ -71,13 +85,15 @@ pub fn derive(input: &syn::DeriveInput) -> syn::Result<TokenStream> {
         let op = format_ident!("{}", op);
         let per_field = fields.iter().map(|(member, ty, pinned)| {
             let field_op = pinned.clone().unwrap_or_else(|| op.clone());
-            let bound = quote_spanned!(ty.span()=> ::ccl::#field_op: ::ccl::ReduceOp<#ty>);
+            let bound = quote!(for<'__ccl> ::ccl::#field_op: ::ccl::ReduceOp<#ty>);
             let value = quote! { #member: <::ccl::#field_op as ::ccl::ReduceOp<#ty>>::combine(a.#member, b.#member) };
             (bound, value)
         });
         let (bounds, values): (Vec<_>, Vec<_>) = per_field.unzip();
         quote! {
-            impl #impl_g ::ccl::ReduceOp<#name #ty_g> for ::ccl::#op where #(#preds,)* Self: ::ccl::Op, #name #ty_g: ::ccl::Reduce, #(#bounds,)* {
+            impl #impl_g ::ccl::ReduceOp<#name #ty_g> for ::ccl::#op
+            where #(#preds,)* for<'__ccl> #name #ty_g: ::ccl::Reduce, #(#bounds,)*
+            {
                 #[inline]
                 fn combine(a: #name #ty_g, b: #name #ty_g) -> #name #ty_g {
                     #name { #(#values,)* }

@@ -48,19 +48,25 @@ pub trait Op: Copy + Default + Debug + Send + Sync + 'static {
     label = "`{Self}` cannot reduce `{T}`",
     note = "integers take Sum, Prod, Min, Max, Avg, BitAnd, BitOr, BitXor; floats take Sum, Prod, Min, Max, Avg; derived structs take Sum, Prod, Min, Max; other operators need `impl ReduceOp<{T}> for {Self}`"
 )]
-pub trait ReduceOp<T: Reduce>: Op {
+pub trait ReduceOp<T>: Op {
     /// `a ⊕ b`.
     fn combine(a: T, b: T) -> T;
 
     /// `dst[i] = dst[i] ⊕ src[i]` over the common length.
-    fn reduce_into(dst: &mut [T], src: &[T]) {
+    fn reduce_into(dst: &mut [T], src: &[T])
+    where
+        T: Copy,
+    {
         for (d, s) in dst.iter_mut().zip(src) {
             *d = Self::combine(*d, *s);
         }
     }
 
     /// `dst[i] = a[i] ⊕ b[i]` over the common length.
-    fn reduce3(dst: &mut [T], a: &[T], b: &[T]) {
+    fn reduce3(dst: &mut [T], a: &[T], b: &[T])
+    where
+        T: Copy,
+    {
         for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
             *d = Self::combine(*x, *y);
         }

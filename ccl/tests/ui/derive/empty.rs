@@ -1,0 +1,4 @@
+#[derive(Clone, Copy, ccl::Reduce)]
+struct Nothing {}
+
+fn main() {}

@@ -1,0 +1,7 @@
+#[derive(Clone, Copy, ccl::Reduce)]
+enum Level {
+    Low,
+    High,
+}
+
+fn main() {}

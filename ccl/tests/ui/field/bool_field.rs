@@ -1,0 +1,7 @@
+#[derive(Clone, Copy, ccl::Reduce)]
+struct Flagged {
+    value: f64,
+    seen: bool,
+}
+
+fn main() {}
