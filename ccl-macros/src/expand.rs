@@ -50,20 +50,15 @@ pub fn derive(input: &syn::DeriveInput) -> syn::Result<TokenStream> {
 
     let name = &input.ident;
     let (impl_g, ty_g, where_clause) = input.generics.split_for_impl();
-    let preds = where_clause
-        .map(|w| w.predicates.iter().collect::<Vec<_>>())
-        .unwrap_or_default();
+    let preds = where_clause.map(|w| w.predicates.iter().collect::<Vec<_>>()).unwrap_or_default();
 
     // Bounds are written higher-ranked (`for<'__ccl>`) so that a bound that
     // can never hold (a `String` field) does not fail at the impl, five
     // times over; instead one assertion per field, on the field's span,
     // says which field is not `Reduce`. Generic fields are checked where
     // the struct is used with concrete types.
-    let generic = input.generics.type_params().next().is_some()
-        || input.generics.const_params().next().is_some();
-    let field_bounds = fields
-        .iter()
-        .map(|(_, ty, _)| quote!(for<'__ccl> #ty: ::ccl::Reduce));
+    let generic = input.generics.type_params().next().is_some() || input.generics.const_params().next().is_some();
+    let field_bounds = fields.iter().map(|(_, ty, _)| quote!(for<'__ccl> #ty: ::ccl::Reduce));
     let assertions = fields.iter().filter(|_| !generic).map(|(_, ty, _)| {
         quote_spanned! {ty.span()=>
             const _: fn() = || {

@@ -151,25 +151,13 @@ impl Config {
 
     fn check(&self) -> Result<()> {
         let bad = |var: &'static str, value: String, why: &str| {
-            Err(Error::new(ErrorKind::Config {
-                var,
-                value,
-                why: why.into(),
-            }))
+            Err(Error::new(ErrorKind::Config { var, value, why: why.into() }))
         };
         if self.nchannels == 0 || self.nchannels > 64 {
-            return bad(
-                "CCL_NCHANNELS",
-                self.nchannels.to_string(),
-                "expected 1..=64",
-            );
+            return bad("CCL_NCHANNELS", self.nchannels.to_string(), "expected 1..=64");
         }
         if self.buffsize < NSLOTS * 64 || self.buffsize > 1 << 30 {
-            return bad(
-                "CCL_BUFFSIZE",
-                self.buffsize.to_string(),
-                "expected 512 bytes ..= 1 GiB",
-            );
+            return bad("CCL_BUFFSIZE", self.buffsize.to_string(), "expected 512 bytes ..= 1 GiB");
         }
         Ok(())
     }
@@ -191,13 +179,8 @@ mod tests {
         assert_eq!(c.algo, Some(Algo::Ring));
         assert_eq!(c.slot_bytes(), 8192);
         assert_eq!(c.timeout, Duration::from_millis(2500));
-        let e = Config::from_lookup(|k| (k == "CCL_ALGO").then(|| "bogus".into()))
-            .expect_err("bad algo");
-        assert!(
-            e.to_string()
-                .starts_with("CCL_ALGO=\"bogus\": unknown algorithm"),
-            "{e}"
-        );
+        let e = Config::from_lookup(|k| (k == "CCL_ALGO").then(|| "bogus".into())).expect_err("bad algo");
+        assert!(e.to_string().starts_with("CCL_ALGO=\"bogus\": unknown algorithm"), "{e}");
         assert!(Config::from_lookup(|k| (k == "CCL_NCHANNELS").then(|| "0".into())).is_err());
         assert!(Config::from_lookup(|k| (k == "CCL_TIMEOUT").then(|| "-1".into())).is_err());
     }
@@ -207,16 +190,9 @@ mod tests {
     fn readme_table_lists_every_knob() {
         let readme = include_str!("../../README.md");
         for k in KNOBS {
-            let row = readme
-                .lines()
-                .find(|l| l.starts_with(&format!("| `{}`", k.var)));
+            let row = readme.lines().find(|l| l.starts_with(&format!("| `{}`", k.var)));
             let row = row.unwrap_or_else(|| panic!("README has no row for {}", k.var));
-            assert!(
-                row.contains(&format!("`{}`", k.default)),
-                "README row for {} lacks default {}",
-                k.var,
-                k.default
-            );
+            assert!(row.contains(&format!("`{}`", k.default)), "README row for {} lacks default {}", k.var, k.default);
         }
     }
 }

@@ -12,8 +12,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A ccl error: what went wrong ([`ErrorKind`]) and where.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{ctx}{kind}")]
-pub struct Error {
+#[error("{}{}", .0.ctx, .0.kind)]
+pub struct Error(Box<Repr>);
+
+/// Boxed so that `Result<T>` stays small on the hot path.
+#[derive(Debug, Clone, PartialEq)]
+struct Repr {
     ctx: Context,
     kind: ErrorKind,
 }
@@ -133,38 +137,35 @@ pub enum ErrorKind {
 impl Error {
     /// An error of `kind` with no context yet.
     pub fn new(kind: ErrorKind) -> Self {
-        Error {
-            ctx: Context::default(),
-            kind,
-        }
+        Error(Box::new(Repr { ctx: Context::default(), kind }))
     }
 
     /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+        &self.0.kind
     }
 
     /// Where it happened.
     pub fn context(&self) -> &Context {
-        &self.ctx
+        &self.0.ctx
     }
 
     /// Sets the rank, keeping one already set.
     pub fn at_rank(mut self, rank: usize) -> Self {
-        self.ctx.rank.get_or_insert(rank);
+        self.0.ctx.rank.get_or_insert(rank);
         self
     }
 
     /// Sets the collective and sequence number, keeping ones already set.
     pub fn in_call(mut self, op: &'static str, seq: u64) -> Self {
-        self.ctx.op.get_or_insert(op);
-        self.ctx.seq.get_or_insert(seq);
+        self.0.ctx.op.get_or_insert(op);
+        self.0.ctx.seq.get_or_insert(seq);
         self
     }
 
     /// Sets the peer, keeping one already set.
     pub fn with_peer(mut self, peer: usize) -> Self {
-        self.ctx.peer.get_or_insert(peer);
+        self.0.ctx.peer.get_or_insert(peer);
         self
     }
 
@@ -193,18 +194,12 @@ mod tests {
 
     #[test]
     fn message_names_rank_call_and_peer() {
-        let e = Error::new(ErrorKind::MessageSize {
-            expected: 8,
-            got: 4,
-        })
-        .with_peer(4)
-        .in_call("all_reduce", 12)
-        .at_rank(3);
+        let e = Error::new(ErrorKind::MessageSize { expected: 8, got: 4 })
+            .with_peer(4)
+            .in_call("all_reduce", 12)
+            .at_rank(3);
         let s = e.to_string();
-        assert!(
-            s.starts_with("rank 3, all_reduce #12, peer 4: received 4 bytes"),
-            "{s}"
-        );
+        assert!(s.starts_with("rank 3, all_reduce #12, peer 4: received 4 bytes"), "{s}");
     }
 
     #[test]

@@ -34,11 +34,7 @@ impl LocalJob {
     /// `n` ranks on one host with the configuration from the environment
     /// (or the defaults, if the environment has an invalid value).
     pub fn new(n: usize) -> Self {
-        LocalJob {
-            n,
-            hosts: Hosts::flat(n),
-            config: Config::from_env().unwrap_or_default(),
-        }
+        LocalJob { n, hosts: Hosts::flat(n), config: Config::from_env().unwrap_or_default() }
     }
 
     /// Pretends the ranks live on hosts of these sizes (consecutive ranks).
@@ -62,11 +58,7 @@ impl LocalJob {
     ///
     /// If the host layout does not cover exactly `n` ranks, or a rank panics.
     pub fn run<R: Send>(&self, f: impl Fn(Group) -> R + Sync) -> Vec<R> {
-        assert_eq!(
-            self.hosts.nranks(),
-            self.n,
-            "host layout must cover every rank"
-        );
+        assert_eq!(self.hosts.nranks(), self.n, "host layout must cover every rank");
         let fabric = Fabric::new(self.n, NSLOTS, self.config.slot_bytes());
         let endpoints: Arc<[usize]> = (0..self.n).collect();
         let outcomes: Vec<std::thread::Result<R>> = std::thread::scope(|s| {
@@ -78,17 +70,10 @@ impl LocalJob {
                         .spawn_scoped(s, move || {
                             let out = catch_unwind(AssertUnwindSafe(|| {
                                 let ep: Arc<dyn Transport> = Arc::new(fabric.endpoint(rank));
-                                let registry =
-                                    Arc::new(Registry::new(vec![ep]).expect("one transport"));
-                                let group = Group::new(
-                                    rank,
-                                    endpoints,
-                                    self.hosts.clone(),
-                                    self.config.clone(),
-                                    registry,
-                                    0,
-                                )
-                                .expect("valid local group");
+                                let registry = Arc::new(Registry::new(vec![ep]).expect("one transport"));
+                                let group =
+                                    Group::new(rank, endpoints, self.hosts.clone(), self.config.clone(), registry, 0)
+                                        .expect("valid local group");
                                 f(group)
                             }));
                             if out.is_err() {
@@ -99,15 +84,9 @@ impl LocalJob {
                         .expect("spawn rank thread")
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(Err))
-                .collect()
+            handles.into_iter().map(|h| h.join().unwrap_or_else(Err)).collect()
         });
-        outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|p| resume_unwind(p)))
-            .collect()
+        outcomes.into_iter().map(|o| o.unwrap_or_else(|p| resume_unwind(p))).collect()
     }
 }
 

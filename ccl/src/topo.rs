@@ -14,9 +14,7 @@ pub struct Hosts {
 impl Hosts {
     /// All `n` ranks on one host.
     pub fn flat(n: usize) -> Self {
-        Hosts {
-            host_of: vec![0; n],
-        }
+        Hosts { host_of: vec![0; n] }
     }
 
     /// Groups ranks by any host identity (`ids[rank]`).
@@ -34,13 +32,7 @@ impl Hosts {
 
     /// `sizes[h]` consecutive ranks on host `h`.
     pub fn blocks(sizes: &[usize]) -> Self {
-        Hosts {
-            host_of: sizes
-                .iter()
-                .enumerate()
-                .flat_map(|(h, &s)| std::iter::repeat_n(h, s))
-                .collect(),
-        }
+        Hosts { host_of: sizes.iter().enumerate().flat_map(|(h, &s)| std::iter::repeat_n(h, s)).collect() }
     }
 
     /// Number of ranks.

@@ -45,18 +45,9 @@ pub fn choose(coll: Coll, bytes: usize, elem_size: usize, hosts: &Hosts, cfg: &C
         0 => max_chunk,
         b => (b / elem_size.max(1)).clamp(1, max_chunk),
     };
-    let choice = Choice {
-        algo,
-        channels: cfg.nchannels,
-        chunk,
-        slot_elems,
-    };
+    let choice = Choice { algo, channels: cfg.nchannels, chunk, slot_elems };
     if cfg.debug >= LogLevel::Info {
-        let why = if forced.is_some() {
-            "forced by CCL_ALGO"
-        } else {
-            "size rule"
-        };
+        let why = if forced.is_some() { "forced by CCL_ALGO" } else { "size rule" };
         eprintln!(
             "ccl INFO {coll} {bytes} B on {n} ranks / {} hosts: {algo} ({why}), {} channel(s), pieces of {chunk} elements",
             hosts.groups().len(),
@@ -72,29 +63,11 @@ mod tests {
 
     #[test]
     fn forced_algorithms_apply_only_where_they_fit() {
-        let cfg = Config {
-            algo: Some(Algo::Tree),
-            ..Config::default()
-        };
+        let cfg = Config { algo: Some(Algo::Tree), ..Config::default() };
         let h = Hosts::flat(4);
-        assert_eq!(
-            choose(Coll::AllReduce, 1 << 20, 4, &h, &cfg).algo,
-            Algo::Tree
-        );
-        assert_eq!(
-            choose(Coll::AllGather, 1 << 20, 4, &h, &cfg).algo,
-            Algo::Ring
-        );
-        let c = choose(
-            Coll::AllReduce,
-            1 << 20,
-            4,
-            &h,
-            &Config {
-                chunksize: 1 << 30,
-                ..Config::default()
-            },
-        );
+        assert_eq!(choose(Coll::AllReduce, 1 << 20, 4, &h, &cfg).algo, Algo::Tree);
+        assert_eq!(choose(Coll::AllGather, 1 << 20, 4, &h, &cfg).algo, Algo::Ring);
+        let c = choose(Coll::AllReduce, 1 << 20, 4, &h, &Config { chunksize: 1 << 30, ..Config::default() });
         assert_eq!(c.chunk, c.slot_elems * NSLOTS / 2);
     }
 }

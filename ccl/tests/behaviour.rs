@@ -8,11 +8,7 @@ use ccl::{Config, ErrorKind, Max, Sum};
 use std::time::{Duration, Instant};
 
 fn quick(timeout_ms: u64) -> Config {
-    Config {
-        timeout: Duration::from_millis(timeout_ms),
-        buffsize: 4096,
-        ..Config::default()
-    }
+    Config { timeout: Duration::from_millis(timeout_ms), buffsize: 4096, ..Config::default() }
 }
 
 #[test]
@@ -20,21 +16,12 @@ fn bad_lengths_and_ranks_are_errors_naming_rank_and_call() {
     let out = run_local(3, |g| {
         let c = g.typed::<f32>();
         let mut small = vec![0.0; 2];
-        let e1 = c
-            .all_reduce_into(&[1.0; 3], &mut small, Sum)
-            .expect_err("recv too small");
+        let e1 = c.all_reduce_into(&[1.0; 3], &mut small, Sum).expect_err("recv too small");
         let e2 = c.reduce(&mut small, Sum, 3).expect_err("root out of range");
-        let e3 = c
-            .all_gather_in_place(&mut [0.0; 4])
-            .expect_err("not divisible");
+        let e3 = c.all_gather_in_place(&mut [0.0; 4]).expect_err("not divisible");
         let e4 = c.send(&[1.0], g.rank()).expect_err("self");
-        let e5 = c
-            .iall_to_all(vec![0.0; 5])
-            .wait()
-            .expect_err("not divisible");
-        let e6 = c
-            .reduce_scatter(&[0.0; 5], &mut small, Max)
-            .expect_err("send size");
+        let e5 = c.iall_to_all(vec![0.0; 5]).wait().expect_err("not divisible");
+        let e6 = c.reduce_scatter(&[0.0; 5], &mut small, Max).expect_err("send size");
         // the communicator still works after argument errors
         let mut v = vec![1.0f32; 4];
         c.all_reduce(&mut v, Sum).expect("still usable");
@@ -43,66 +30,27 @@ fn bad_lengths_and_ranks_are_errors_naming_rank_and_call() {
     for (rank, errs, v) in out {
         assert_eq!(v, vec![3.0; 4]);
         let [e1, e2, e3, e4, e5, e6] = errs;
-        assert!(matches!(
-            e1.kind(),
-            ErrorKind::BufferSize {
-                expected: 3,
-                got: 2,
-                ..
-            }
-        ));
-        assert!(
-            e1.to_string()
-                .starts_with(&format!("rank {rank}, all_reduce #0: recv buffer holds 2")),
-            "{e1}"
-        );
-        assert!(
-            matches!(
-                e2.kind(),
-                ErrorKind::RankOutOfRange {
-                    rank: 3,
-                    size: 3,
-                    ..
-                }
-            ),
-            "{e2}"
-        );
+        assert!(matches!(e1.kind(), ErrorKind::BufferSize { expected: 3, got: 2, .. }));
+        assert!(e1.to_string().starts_with(&format!("rank {rank}, all_reduce #0: recv buffer holds 2")), "{e1}");
+        assert!(matches!(e2.kind(), ErrorKind::RankOutOfRange { rank: 3, size: 3, .. }), "{e2}");
         assert!(e2.to_string().contains("reduce #1"), "{e2}");
-        assert!(
-            matches!(e3.kind(), ErrorKind::NotDivisible { len: 4, ranks: 3 }),
-            "{e3}"
-        );
+        assert!(matches!(e3.kind(), ErrorKind::NotDivisible { len: 4, ranks: 3 }), "{e3}");
         assert!(matches!(e4.kind(), ErrorKind::InvalidArgument(_)), "{e4}");
         assert!(matches!(e5.kind(), ErrorKind::NotDivisible { .. }), "{e5}");
-        assert!(
-            matches!(
-                e6.kind(),
-                ErrorKind::BufferSize {
-                    what: "send buffer",
-                    ..
-                }
-            ),
-            "{e6}"
-        );
+        assert!(matches!(e6.kind(), ErrorKind::BufferSize { what: "send buffer", .. }), "{e6}");
     }
 }
 
 #[test]
 fn split_groups_by_color_and_orders_by_key() {
     let out = run_local(7, |g| {
-        let color = if g.rank() == 6 {
-            None
-        } else {
-            Some((g.rank() % 2) as u32)
-        };
+        let color = if g.rank() == 6 { None } else { Some((g.rank() % 2) as u32) };
         let sub = g.split(color, -(g.rank() as i64)).expect("split");
         let Some(sub) = sub else {
             return (g.rank(), None);
         };
         let mut v = vec![g.rank() as u64; 5];
-        sub.typed::<u64>()
-            .all_reduce(&mut v, Sum)
-            .expect("sub all_reduce");
+        sub.typed::<u64>().all_reduce(&mut v, Sum).expect("sub all_reduce");
         // a split of the split, and the parent still works alongside
         let subsub = sub.split(Some(0), 0).expect("split again").expect("member");
         subsub.barrier().expect("barrier");
@@ -146,10 +94,7 @@ fn nonblocking_send_and_recv_progress_together() {
     });
     for (rank, (got, _)) in out.iter().enumerate() {
         let peer = 1 - rank as u32;
-        assert!(got
-            .iter()
-            .enumerate()
-            .all(|(i, &x)| x == i as u32 * 2 + peer));
+        assert!(got.iter().enumerate().all(|(i, &x)| x == i as u32 * 2 + peer));
     }
 }
 
@@ -157,15 +102,9 @@ fn nonblocking_send_and_recv_progress_together() {
 fn several_requests_in_flight_complete_in_any_wait_order() {
     let out = run_local(4, |g| {
         let c = g.typed::<i64>();
-        let reqs: Vec<_> = (0..5)
-            .map(|k| c.iall_reduce(vec![g.rank() as i64 + k; 1000], Sum))
-            .collect();
+        let reqs: Vec<_> = (0..5).map(|k| c.iall_reduce(vec![g.rank() as i64 + k; 1000], Sum)).collect();
         let b = g.ibarrier();
-        let mut res: Vec<Vec<i64>> = reqs
-            .into_iter()
-            .rev()
-            .map(|r| r.wait().expect("wait"))
-            .collect();
+        let mut res: Vec<Vec<i64>> = reqs.into_iter().rev().map(|r| r.wait().expect("wait")).collect();
         b.wait().expect("barrier");
         res.reverse();
         res
@@ -195,10 +134,7 @@ fn a_missing_peer_times_out_with_what_it_waits_for() {
         let (e, after, took) = r.expect("ranks 0 and 1");
         assert!(matches!(e.kind(), ErrorKind::Timeout { .. }), "{e}");
         let s = e.to_string();
-        assert!(
-            s.starts_with(&format!("rank {rank}, all_reduce #0: timed out after 0.")),
-            "{s}"
-        );
+        assert!(s.starts_with(&format!("rank {rank}, all_reduce #0: timed out after 0.")), "{s}");
         assert!(s.contains("waiting"), "{s}");
         assert!(took < Duration::from_secs(10));
         assert!(matches!(after.kind(), ErrorKind::Broken(_)), "{after}");
@@ -218,16 +154,7 @@ fn mismatched_counts_are_reported_not_misread() {
         }
     });
     let e = out[1].clone().expect("receiver fails");
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::MessageSize {
-                expected: 12,
-                got: 20
-            }
-        ),
-        "{e}"
-    );
+    assert!(matches!(e.kind(), ErrorKind::MessageSize { expected: 12, got: 20 }), "{e}");
     assert!(e.to_string().contains("peer 0"), "{e}");
 }
 
@@ -241,16 +168,10 @@ fn a_panicking_rank_fails_its_peers_instead_of_hanging() {
                 panic!("rank 1 gives up");
             }
             let mut v = vec![0u8; 100];
-            let e = g
-                .typed::<u8>()
-                .all_reduce(&mut v, Sum)
-                .expect_err("peer gone");
+            let e = g.typed::<u8>().all_reduce(&mut v, Sum).expect_err("peer gone");
             assert!(e.to_string().contains("rank 1 panicked"), "{e}");
         })
     });
     assert!(r.is_err(), "the panic is re-raised");
-    assert!(
-        t.elapsed() < Duration::from_secs(30),
-        "peers noticed long before their deadline"
-    );
+    assert!(t.elapsed() < Duration::from_secs(30), "peers noticed long before their deadline");
 }

@@ -24,11 +24,7 @@ struct Moments {
 
 impl Elem for Moments {
     fn draw(rng: &mut StdRng, small: bool) -> Self {
-        Moments {
-            n: u64::draw(rng, true),
-            sum: f64::draw(rng, small),
-            peak: f32::draw(rng, false),
-        }
+        Moments { n: u64::draw(rng, true), sum: f64::draw(rng, small), peak: f32::draw(rng, false) }
     }
     fn close(a: Self, b: Self, n: usize) -> bool {
         a.n == b.n && f64::close(a.sum, b.sum, n) && a.peak == b.peak
@@ -45,13 +41,7 @@ fn err(e: ccl::Error) -> String {
 }
 
 /// The reducing collectives for one type and operator.
-fn reductions<T: Elem, O: ReduceOp<T>>(
-    g: &Group,
-    seed: u64,
-    call: &mut u64,
-    count: usize,
-    small: bool,
-) -> Check {
+fn reductions<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, count: usize, small: bool) -> Check {
     let comm = g.typed::<T>();
     let (n, r) = (g.size(), g.rank());
     let mut next = || {
@@ -67,54 +57,32 @@ fn reductions<T: Elem, O: ReduceOp<T>>(
     comm.all_reduce(&mut buf, O::default()).map_err(err)?;
     compare(&what("all_reduce"), &buf, &want, n)?;
     let mut out = vec![T::zeroed(); count];
-    comm.all_reduce_into(&ins[r], &mut out, O::default())
-        .map_err(err)?;
+    comm.all_reduce_into(&ins[r], &mut out, O::default()).map_err(err)?;
     compare(&what("all_reduce_into"), &out, &want, n)?;
-    let got = comm
-        .iall_reduce(ins[r].clone(), O::default())
-        .wait()
-        .map_err(err)?;
+    let got = comm.iall_reduce(ins[r].clone(), O::default()).wait().map_err(err)?;
     compare(&what("iall_reduce"), &got, &want, n)?;
 
     let root = (c as usize) % n;
     let mut buf = ins[r].clone();
     comm.reduce(&mut buf, O::default(), root).map_err(err)?;
-    compare(
-        &what("reduce"),
-        &buf,
-        if r == root { &want } else { &ins[r] },
-        n,
-    )?;
+    compare(&what("reduce"), &buf, if r == root { &want } else { &ins[r] }, n)?;
     let mut out = vec![T::zeroed(); if r == root { count } else { 0 }];
-    comm.reduce_into(&ins[r], &mut out, O::default(), root)
-        .map_err(err)?;
+    comm.reduce_into(&ins[r], &mut out, O::default(), root).map_err(err)?;
     if r == root {
         compare(&what("reduce_into"), &out, &want, n)?;
     }
 
     let c = next();
-    let ins: Vec<Vec<T>> = (0..n)
-        .map(|k| input(seed, c, k, n * count, small))
-        .collect();
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, n * count, small)).collect();
     let want = reference::<T, O>(&ins);
     let mine = &want[r * count..(r + 1) * count];
     let mut out = vec![T::zeroed(); count];
-    comm.reduce_scatter(&ins[r], &mut out, O::default())
-        .map_err(err)?;
+    comm.reduce_scatter(&ins[r], &mut out, O::default()).map_err(err)?;
     compare(&what("reduce_scatter"), &out, mine, n)?;
     let mut buf = ins[r].clone();
-    comm.reduce_scatter_in_place(&mut buf, O::default())
-        .map_err(err)?;
-    compare(
-        &what("reduce_scatter_in_place"),
-        &buf[r * count..(r + 1) * count],
-        mine,
-        n,
-    )?;
-    let got = comm
-        .ireduce_scatter(ins[r].clone(), O::default())
-        .wait()
-        .map_err(err)?;
+    comm.reduce_scatter_in_place(&mut buf, O::default()).map_err(err)?;
+    compare(&what("reduce_scatter_in_place"), &buf[r * count..(r + 1) * count], mine, n)?;
+    let got = comm.ireduce_scatter(ins[r].clone(), O::default()).wait().map_err(err)?;
     compare(&what("ireduce_scatter"), &got, mine, n)
 }
 
@@ -128,19 +96,11 @@ fn movements<T: Elem>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Che
     let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, count, false)).collect();
 
     let root = (c as usize + 1) % n;
-    let mut buf = if r == root {
-        ins[r].clone()
-    } else {
-        vec![T::zeroed(); count]
-    };
+    let mut buf = if r == root { ins[r].clone() } else { vec![T::zeroed(); count] };
     comm.broadcast(&mut buf, root).map_err(err)?;
     compare(&what("broadcast"), &buf, &ins[root], n)?;
     let mut out = vec![T::zeroed(); count];
-    let send = if r == root {
-        ins[r].clone()
-    } else {
-        Vec::new()
-    };
+    let send = if r == root { ins[r].clone() } else { Vec::new() };
     comm.broadcast_into(&send, &mut out, root).map_err(err)?;
     compare(&what("broadcast_into"), &out, &ins[root], n)?;
     let got = comm.ibroadcast(buf.clone(), root).wait().map_err(err)?;
@@ -158,12 +118,8 @@ fn movements<T: Elem>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Che
     compare(&what("iall_gather"), &got, &all, n)?;
 
     // all-to-all: rank s sends block d of its input to rank d
-    let a2a: Vec<Vec<T>> = (0..n)
-        .map(|k| input(seed, c + 1_000_000, k, n * count, false))
-        .collect();
-    let want: Vec<T> = (0..n)
-        .flat_map(|s| a2a[s][r * count..(r + 1) * count].to_vec())
-        .collect();
+    let a2a: Vec<Vec<T>> = (0..n).map(|k| input(seed, c + 1_000_000, k, n * count, false)).collect();
+    let want: Vec<T> = (0..n).flat_map(|s| a2a[s][r * count..(r + 1) * count].to_vec()).collect();
     let mut out = vec![T::zeroed(); n * count];
     comm.all_to_all(&a2a[r], &mut out).map_err(err)?;
     compare(&what("all_to_all"), &out, &want, n)?;
@@ -181,18 +137,12 @@ fn movements<T: Elem>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Che
         comm.recv(&mut got, left).map_err(err)?;
         req.wait().map_err(err)?;
         compare(&what("send/recv"), &got, &ins[left], n)?;
-        if r % 2 == 0 {
+        if r.is_multiple_of(2) {
             comm.send(&ins[r], right).map_err(err)?;
-            let got = comm
-                .irecv(vec![T::zeroed(); count], left)
-                .wait()
-                .map_err(err)?;
+            let got = comm.irecv(vec![T::zeroed(); count], left).wait().map_err(err)?;
             compare(&what("isend/irecv"), &got, &ins[left], n)?;
         } else {
-            let got = comm
-                .irecv(vec![T::zeroed(); count], left)
-                .wait()
-                .map_err(err)?;
+            let got = comm.irecv(vec![T::zeroed(); count], left).wait().map_err(err)?;
             comm.send(&ins[r], right).map_err(err)?;
             compare(&what("isend/irecv"), &got, &ins[left], n)?;
         }
@@ -225,19 +175,13 @@ fn everything(g: &Group, seed: u64) -> Check {
 
 /// Small slots (512 B) so that 700 elements take several slots and pieces.
 fn config(algo: Option<Algo>, channels: usize) -> Config {
-    Config {
-        algo,
-        nchannels: channels,
-        buffsize: 4096,
-        timeout: Duration::from_secs(120),
-        ..Config::default()
-    }
+    Config { algo, nchannels: channels, buffsize: 4096, timeout: Duration::from_secs(120), ..Config::default() }
 }
 
 /// Hosts of up to 3 ranks, for the hierarchical forms.
 fn host_sizes(n: usize) -> Vec<usize> {
     let mut v = vec![3; n / 3];
-    if n % 3 != 0 {
+    if !n.is_multiple_of(3) {
         v.push(n % 3);
     }
     v
@@ -246,9 +190,7 @@ fn host_sizes(n: usize) -> Vec<usize> {
 fn matrix(algo: Option<Algo>, channels: usize) {
     let seed = seed();
     for n in RANKS {
-        let job = LocalJob::new(n)
-            .config(config(algo, channels))
-            .hosts(&host_sizes(n));
+        let job = LocalJob::new(n).config(config(algo, channels)).hosts(&host_sizes(n));
         for (rank, r) in job.run(|g| everything(&g, seed)).into_iter().enumerate() {
             if let Err(e) = r {
                 panic!("algo {algo:?}, {n} ranks, rank {rank}: {e} (seed {seed})");

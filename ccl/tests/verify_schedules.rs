@@ -14,7 +14,7 @@ use proptest::prelude::*;
 fn hosts(n: usize, per: usize) -> Hosts {
     let per = per.max(1);
     let mut sizes = vec![per; n / per];
-    if n % per != 0 {
+    if !n.is_multiple_of(per) {
         sizes.push(n % per);
     }
     Hosts::blocks(&sizes)
@@ -110,10 +110,7 @@ fn host_layouts() {
 }
 
 fn any_case() -> impl Strategy<Value = Case> {
-    let colls: Vec<(Coll, Algo)> = Coll::ALL
-        .iter()
-        .flat_map(|&c| c.algos().iter().map(move |&a| (c, a)))
-        .collect();
+    let colls: Vec<(Coll, Algo)> = Coll::ALL.iter().flat_map(|&c| c.algos().iter().map(move |&a| (c, a))).collect();
     (
         proptest::sample::select(colls),
         1usize..=64,
@@ -125,31 +122,19 @@ fn any_case() -> impl Strategy<Value = Case> {
         any::<bool>(),
         1usize..=6,
     )
-        .prop_map(
-            |(
-                (coll, algo),
-                n,
-                count,
-                root,
-                channels,
-                slot_elems,
-                half_slots,
-                in_place,
-                per_host,
-            )| Case {
-                coll,
-                algo,
-                nranks: n,
-                count,
-                root: root % n,
-                channels,
-                chunk: slot_elems * half_slots,
-                in_place,
-                hosts: hosts(n, per_host),
-                slot_elems,
-                nslots: 2 * half_slots,
-            },
-        )
+        .prop_map(|((coll, algo), n, count, root, channels, slot_elems, half_slots, in_place, per_host)| Case {
+            coll,
+            algo,
+            nranks: n,
+            count,
+            root: root % n,
+            channels,
+            chunk: slot_elems * half_slots,
+            in_place,
+            hosts: hosts(n, per_host),
+            slot_elems,
+            nslots: 2 * half_slots,
+        })
 }
 
 proptest! {

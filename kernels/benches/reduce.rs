@@ -3,6 +3,7 @@
 //! `cargo bench -p ccl-kernels` prints, per size, the throughput of
 //! `dst += src` for f32 and bf16 and of a plain copy, all counted as the
 //! bytes of `dst`, so the three numbers compare directly.
+#![allow(missing_docs)]
 
 use ccl_kernels::{Arith, ArithOp};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

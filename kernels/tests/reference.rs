@@ -74,11 +74,7 @@ macro_rules! int_ref {
 int_ref!(i8 => i8_ops, i16 => i16_ops, i32 => i32_ops, i64 => i64_ops,
          u8 => u8_ops, u16 => u16_ops, u32 => u32_ops, u64 => u64_ops);
 
-fn float_ref<T: PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
-    op: ArithOp,
-    a: T,
-    b: T,
-) -> T {
+fn float_ref<T: PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(op: ArithOp, a: T, b: T) -> T {
     match op {
         ArithOp::Sum => a + b,
         ArithOp::Prod => a * b,
@@ -101,28 +97,12 @@ fn float_ref<T: PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = 
 
 #[test]
 fn f32_ops() {
-    check_arith::<f32>(
-        |n| {
-            random_vec::<f32>(n)
-                .into_iter()
-                .map(|x| x * 200.0 - 100.0)
-                .collect()
-        },
-        float_ref,
-    );
+    check_arith::<f32>(|n| random_vec::<f32>(n).into_iter().map(|x| x * 200.0 - 100.0).collect(), float_ref);
 }
 
 #[test]
 fn f64_ops() {
-    check_arith::<f64>(
-        |n| {
-            random_vec::<f64>(n)
-                .into_iter()
-                .map(|x| x * 200.0 - 100.0)
-                .collect()
-        },
-        float_ref,
-    );
+    check_arith::<f64>(|n| random_vec::<f64>(n).into_iter().map(|x| x * 200.0 - 100.0).collect(), float_ref);
 }
 
 /// Half types are reduced through f32 and rounded once, so the reference
@@ -130,12 +110,7 @@ fn f64_ops() {
 #[test]
 fn f16_ops() {
     check_arith::<f16>(
-        |n| {
-            random_vec::<f32>(n)
-                .into_iter()
-                .map(|x| f16::from_f32(x * 8.0 - 4.0))
-                .collect()
-        },
+        |n| random_vec::<f32>(n).into_iter().map(|x| f16::from_f32(x * 8.0 - 4.0)).collect(),
         |op, a, b| f16::from_f32(float_ref(op, a.to_f32(), b.to_f32())),
     );
 }
@@ -143,12 +118,7 @@ fn f16_ops() {
 #[test]
 fn bf16_ops() {
     check_arith::<bf16>(
-        |n| {
-            random_vec::<f32>(n)
-                .into_iter()
-                .map(|x| bf16::from_f32(x * 8.0 - 4.0))
-                .collect()
-        },
+        |n| random_vec::<f32>(n).into_iter().map(|x| bf16::from_f32(x * 8.0 - 4.0)).collect(),
         |op, a, b| bf16::from_f32(float_ref(op, a.to_f32(), b.to_f32())),
     );
 }

@@ -18,17 +18,11 @@ pub fn all_to_all(p: &Params) -> Schedule {
             let blk = |b: usize, buf: Buf| Region::new(buf, b * count + sub.start, sub.len());
             if p.in_place {
                 for b in 0..n {
-                    ch.push(Step::Copy {
-                        src: blk(b, Buf::Input),
-                        dst: blk(b, Buf::Scratch),
-                    });
+                    ch.push(Step::Copy { src: blk(b, Buf::Input), dst: blk(b, Buf::Scratch) });
                 }
             }
             // step 0: our own block
-            ch.push(Step::Copy {
-                src: blk(r, src),
-                dst: blk(r, Buf::Output),
-            });
+            ch.push(Step::Copy { src: blk(r, src), dst: blk(r, Buf::Output) });
             // steps 1..n-1: to r+k, from r-k, a piece at a time
             for k in 1..n {
                 let (to, from) = ((r + k) % n, (r + n - k) % n);
@@ -36,14 +30,8 @@ pub fn all_to_all(p: &Params) -> Schedule {
                 for i in 0..npieces(sub.len(), p.chunk) {
                     let sp = piece(&(s.off..s.end()), p.chunk, i);
                     let dp = piece(&(d.off..d.end()), p.chunk, i);
-                    ch.push(Step::Send {
-                        to,
-                        src: reg(src, &sp),
-                    });
-                    ch.push(Step::Recv {
-                        from,
-                        dst: reg(Buf::Output, &dp),
-                    });
+                    ch.push(Step::Send { to, src: reg(src, &sp) });
+                    ch.push(Step::Recv { from, dst: reg(Buf::Output, &dp) });
                 }
             }
             ch
@@ -62,39 +50,23 @@ pub fn barrier(p: &Params) -> Schedule {
     let mut ch = Vec::new();
     let mut d = 1;
     while d < n {
-        ch.push(Step::Send {
-            to: (r + d) % n,
-            src: token,
-        });
-        ch.push(Step::RecvReduce {
-            from: (r + n - d) % n,
-            src: token,
-            dst: token,
-        });
+        ch.push(Step::Send { to: (r + d) % n, src: token });
+        ch.push(Step::RecvReduce { from: (r + n - d) % n, src: token, dst: token });
         d *= 2;
     }
-    Schedule {
-        channels: vec![ch],
-        scratch: 1,
-    }
+    Schedule { channels: vec![ch], scratch: 1 }
 }
 
 /// Point-to-point send of the whole input to `p.root` (the peer).
 pub fn send(p: &Params) -> Schedule {
     let mut ch = Vec::new();
     send_pieces(&mut ch, p.root, reg(Buf::Input, &(0..p.count)), p.chunk);
-    Schedule {
-        channels: vec![ch],
-        scratch: 0,
-    }
+    Schedule { channels: vec![ch], scratch: 0 }
 }
 
 /// Point-to-point receive of the whole output from `p.root` (the peer).
 pub fn recv(p: &Params) -> Schedule {
     let mut ch = Vec::new();
     recv_pieces(&mut ch, p.root, reg(Buf::Output, &(0..p.count)), p.chunk);
-    Schedule {
-        channels: vec![ch],
-        scratch: 0,
-    }
+    Schedule { channels: vec![ch], scratch: 0 }
 }

@@ -26,15 +26,8 @@ pub struct Fold {
 impl Fold {
     /// The fold of `n` ranks.
     pub fn new(n: usize) -> Self {
-        let p2 = if n == 0 {
-            1
-        } else {
-            1usize << (usize::BITS - 1 - n.leading_zeros())
-        };
-        Fold {
-            p2,
-            rem: n.saturating_sub(p2),
-        }
+        let p2 = if n == 0 { 1 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };
+        Fold { p2, rem: n.saturating_sub(p2) }
     }
     /// `Some(new rank)` for a participant, `None` for an extra that sits out.
     pub fn newrank(&self, r: usize) -> Option<usize> {
@@ -68,11 +61,9 @@ impl Fold {
 /// channel covers whole blocks, one per block otherwise.
 fn block_ranges(b0: usize, b1: usize, count: usize, sub: &Range<usize>) -> Vec<Range<usize>> {
     if sub.start == 0 && sub.end == count {
-        vec![b0 * count..b1 * count]
+        std::iter::once(b0 * count..b1 * count).collect()
     } else {
-        (b0..b1)
-            .map(|b| b * count + sub.start..b * count + sub.end)
-            .collect()
+        (b0..b1).map(|b| b * count + sub.start..b * count + sub.end).collect()
     }
 }
 
@@ -82,30 +73,14 @@ fn regions(buf: Buf, rs: &[Range<usize>]) -> Vec<Region> {
 
 /// Folds extras in (their data reduced into their partner's `Output`), or
 /// copies the input for ranks with no extra. Returns our new rank.
-fn fold_in(
-    ch: &mut Vec<Step>,
-    f: &Fold,
-    rank: usize,
-    range: &Range<usize>,
-    chunk: usize,
-) -> Option<usize> {
+fn fold_in(ch: &mut Vec<Step>, f: &Fold, rank: usize, range: &Range<usize>, chunk: usize) -> Option<usize> {
     let nr = f.newrank(rank);
     match nr {
         None => send_pieces(ch, rank + 1, reg(Buf::Input, range), chunk),
         Some(_) if rank < 2 * f.rem => {
-            exchange(
-                ch,
-                rank - 1,
-                &[],
-                &[reg(Buf::Input, range)],
-                chunk,
-                Into::ReduceTo(Buf::Output),
-            );
+            exchange(ch, rank - 1, &[], &[reg(Buf::Input, range)], chunk, Into::ReduceTo(Buf::Output));
         }
-        Some(_) => ch.push(Step::Copy {
-            src: reg(Buf::Input, range),
-            dst: reg(Buf::Output, range),
-        }),
+        Some(_) => ch.push(Step::Copy { src: reg(Buf::Input, range), dst: reg(Buf::Output, range) }),
     }
     nr
 }
@@ -142,10 +117,7 @@ pub fn all_reduce_rd(p: &Params) -> Schedule {
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// All-reduce by recursive halving (a reduce-scatter over `p2` blocks)
@@ -164,11 +136,7 @@ pub fn all_reduce_rhd(p: &Params) -> Schedule {
                 let mut mask = f.p2 / 2;
                 while mask > 0 {
                     let mid = lo + (hi - lo) / 2;
-                    let (keep, give) = if me & mask == 0 {
-                        ((lo, mid), (mid, hi))
-                    } else {
-                        ((mid, hi), (lo, mid))
-                    };
+                    let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
                     let peer = f.rank_of(me ^ mask);
                     let send = [reg(Buf::Output, &span(give.0, give.1))];
                     let recv = [reg(Buf::Output, &span(keep.0, keep.1))];
@@ -192,10 +160,7 @@ pub fn all_reduce_rhd(p: &Params) -> Schedule {
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// All-gather by recursive doubling: the gathered range doubles each step.
@@ -216,33 +181,18 @@ pub fn all_gather_rd(p: &Params) -> Schedule {
                     exchange(&mut ch, r + 1, &[], &all, p.chunk, Into::Copy);
                 }
                 Some(me) => {
-                    ch.push(Step::Copy {
-                        src: own_in,
-                        dst: own_out,
-                    });
+                    ch.push(Step::Copy { src: own_in, dst: own_out });
                     if r < 2 * f.rem {
-                        let theirs =
-                            Region::new(Buf::Output, (r - 1) * count + sub.start, sub.len());
+                        let theirs = Region::new(Buf::Output, (r - 1) * count + sub.start, sub.len());
                         recv_pieces(&mut ch, r - 1, theirs, p.chunk);
                     }
                     let mut mask = 1;
                     while mask < f.p2 {
                         let mine = me & !(mask - 1);
                         let theirs = (me ^ mask) & !(mask - 1);
-                        let held =
-                            |j: usize| block_ranges(f.first(j), f.first(j + mask), count, sub);
-                        let (send, recv) = (
-                            regions(Buf::Output, &held(mine)),
-                            regions(Buf::Output, &held(theirs)),
-                        );
-                        exchange(
-                            &mut ch,
-                            f.rank_of(me ^ mask),
-                            &send,
-                            &recv,
-                            p.chunk,
-                            Into::Copy,
-                        );
+                        let held = |j: usize| block_ranges(f.first(j), f.first(j + mask), count, sub);
+                        let (send, recv) = (regions(Buf::Output, &held(mine)), regions(Buf::Output, &held(theirs)));
+                        exchange(&mut ch, f.rank_of(me ^ mask), &send, &recv, p.chunk, Into::Copy);
                         mask <<= 1;
                     }
                     if r < 2 * f.rem {
@@ -253,10 +203,7 @@ pub fn all_gather_rd(p: &Params) -> Schedule {
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// Reduce-scatter by recursive halving: each step sends away the half of
@@ -269,20 +216,12 @@ pub fn reduce_scatter_rh(p: &Params) -> Schedule {
         .iter()
         .map(|sub| {
             let mut ch = Vec::new();
-            let blocks =
-                |a: usize, b: usize, buf: Buf| regions(buf, &block_ranges(a, b, count, sub));
+            let blocks = |a: usize, b: usize, buf: Buf| regions(buf, &block_ranges(a, b, count, sub));
             let own_out = Region::new(Buf::Output, sub.start, sub.len());
             match f.newrank(r) {
                 None => {
                     // an extra: hand everything to the partner, get our block back
-                    exchange(
-                        &mut ch,
-                        r + 1,
-                        &blocks(0, n, Buf::Input),
-                        &[],
-                        p.chunk,
-                        Into::Copy,
-                    );
+                    exchange(&mut ch, r + 1, &blocks(0, n, Buf::Input), &[], p.chunk, Into::Copy);
                     recv_pieces(&mut ch, r + 1, own_out, p.chunk);
                 }
                 Some(me) => {
@@ -290,14 +229,7 @@ pub fn reduce_scatter_rh(p: &Params) -> Schedule {
                     if r < 2 * f.rem {
                         // fold: the extra's whole vector plus ours, into scratch
                         let all = blocks(0, n, Buf::Input);
-                        exchange(
-                            &mut ch,
-                            r - 1,
-                            &[],
-                            &all,
-                            p.chunk,
-                            Into::ReduceTo(Buf::Scratch),
-                        );
+                        exchange(&mut ch, r - 1, &[], &all, p.chunk, Into::ReduceTo(Buf::Scratch));
                         cur = Buf::Scratch;
                     }
                     // halving over new ranks lo..hi, keeping the half that holds `me`;
@@ -306,31 +238,17 @@ pub fn reduce_scatter_rh(p: &Params) -> Schedule {
                     let mut mask = f.p2 / 2;
                     while mask > 0 {
                         let mid = lo + (hi - lo) / 2;
-                        let (keep, give) = if me & mask == 0 {
-                            ((lo, mid), (mid, hi))
-                        } else {
-                            ((mid, hi), (lo, mid))
-                        };
+                        let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
                         let send = blocks(f.first(give.0), f.first(give.1), cur);
                         let recv = blocks(f.first(keep.0), f.first(keep.1), cur);
-                        exchange(
-                            &mut ch,
-                            f.rank_of(me ^ mask),
-                            &send,
-                            &recv,
-                            p.chunk,
-                            Into::ReduceTo(Buf::Scratch),
-                        );
+                        exchange(&mut ch, f.rank_of(me ^ mask), &send, &recv, p.chunk, Into::ReduceTo(Buf::Scratch));
                         cur = Buf::Scratch;
                         (lo, hi) = keep;
                         mask /= 2;
                     }
                     // our block to the output; the extra's block back to it
                     let mine = Region::new(cur, r * count + sub.start, sub.len());
-                    ch.push(Step::Copy {
-                        src: mine,
-                        dst: own_out,
-                    });
+                    ch.push(Step::Copy { src: mine, dst: own_out });
                     if r < 2 * f.rem {
                         let theirs = Region::new(cur, (r - 1) * count + sub.start, sub.len());
                         send_pieces(&mut ch, r - 1, theirs, p.chunk);

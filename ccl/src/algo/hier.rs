@@ -50,31 +50,18 @@ pub fn all_reduce_ring_ring(p: &Params) -> Schedule {
             let mut blocks = split(range.clone(), lmin);
             blocks.resize(mine.len(), range.end..range.end);
             // phase 1: local position j ends with block j summed over the host
-            reduce_scatter_ring(&mut ch, mine, local, &blocks, p.chunk, Buf::Input, &|r| {
-                reg(Buf::Output, r)
-            });
+            reduce_scatter_ring(&mut ch, mine, local, &blocks, p.chunk, Buf::Input, &|r| reg(Buf::Output, r));
             // phase 2: block j summed across hosts by the j-th rank of each host
             if local < lmin {
                 let cross: Vec<usize> = groups.iter().map(|g| g[local]).collect();
                 cross_ring(&mut ch, &cross, h, &blocks[local], p.chunk);
             }
             // phase 3: every rank of the host gathers all blocks
-            all_gather_ring(
-                &mut ch,
-                mine,
-                local,
-                &blocks,
-                p.chunk,
-                &|r| reg(Buf::Output, r),
-                Buf::Output,
-            );
+            all_gather_ring(&mut ch, mine, local, &blocks, p.chunk, &|r| reg(Buf::Output, r), Buf::Output);
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// Reduce up a tree inside each host to its first rank, ring all-reduce
@@ -95,8 +82,5 @@ pub fn all_reduce_tree_ring(p: &Params) -> Schedule {
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }

@@ -79,24 +79,14 @@ impl Coll {
 
     /// Whether `root` names a rank (root or peer).
     pub fn rooted(self) -> bool {
-        matches!(
-            self,
-            Coll::Reduce | Coll::Broadcast | Coll::Send | Coll::Recv
-        )
+        matches!(self, Coll::Reduce | Coll::Broadcast | Coll::Send | Coll::Recv)
     }
 
     /// The algorithms that implement this call, the default first.
     pub fn algos(self) -> &'static [Algo] {
         use Algo::*;
         match self {
-            Coll::AllReduce => &[
-                Ring,
-                Tree,
-                RecursiveDoubling,
-                HalvingDoubling,
-                RingRing,
-                TreeRing,
-            ],
+            Coll::AllReduce => &[Ring, Tree, RecursiveDoubling, HalvingDoubling, RingRing, TreeRing],
             Coll::Reduce | Coll::Broadcast => &[Ring, Tree],
             Coll::AllGather => &[Ring, RecursiveDoubling],
             Coll::ReduceScatter => &[Ring, HalvingDoubling],
@@ -107,53 +97,24 @@ impl Coll {
 
     /// The buffers of rank `rank`'s call of `count` elements (NCCL's count:
     /// per rank for all-gather and reduce-scatter, per peer for all-to-all).
-    pub fn layout(
-        self,
-        nranks: usize,
-        rank: usize,
-        count: usize,
-        root: usize,
-        in_place: bool,
-    ) -> Layout {
+    pub fn layout(self, nranks: usize, rank: usize, count: usize, root: usize, in_place: bool) -> Layout {
         let n = nranks;
-        let whole = |len: usize| InPlace {
-            len,
-            input_off: 0,
-            output_off: 0,
-        };
+        let whole = |len: usize| InPlace { len, input_off: 0, output_off: 0 };
         let (input, output, ip) = match self {
             Coll::AllReduce => (count, count, whole(count)),
             Coll::Broadcast => (if rank == root { count } else { 0 }, count, whole(count)),
             Coll::Reduce => (count, if rank == root { count } else { 0 }, whole(count)),
-            Coll::AllGather => (
-                count,
-                n * count,
-                InPlace {
-                    len: n * count,
-                    input_off: rank * count,
-                    output_off: 0,
-                },
-            ),
-            Coll::ReduceScatter => (
-                n * count,
-                count,
-                InPlace {
-                    len: n * count,
-                    input_off: 0,
-                    output_off: rank * count,
-                },
-            ),
+            Coll::AllGather => (count, n * count, InPlace { len: n * count, input_off: rank * count, output_off: 0 }),
+            Coll::ReduceScatter => {
+                (n * count, count, InPlace { len: n * count, input_off: 0, output_off: rank * count })
+            }
             Coll::AllToAll => (n * count, n * count, whole(n * count)),
             Coll::Barrier => (0, 0, whole(0)),
             Coll::Send => (count, 0, whole(count)),
             Coll::Recv => (0, count, whole(count)),
         };
         let in_place = in_place && !matches!(self, Coll::Send | Coll::Recv | Coll::Barrier);
-        Layout {
-            input,
-            output,
-            in_place: in_place.then_some(ip),
-        }
+        Layout { input, output, in_place: in_place.then_some(ip) }
     }
 }
 
@@ -222,13 +183,10 @@ impl FromStr for Algo {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim().to_ascii_lowercase();
-        Algo::ALL
-            .into_iter()
-            .find(|a| a.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Algo::ALL.iter().map(|a| a.name()).collect();
-                format!("unknown algorithm; expected one of {}", names.join(", "))
-            })
+        Algo::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Algo::ALL.iter().map(|a| a.name()).collect();
+            format!("unknown algorithm; expected one of {}", names.join(", "))
+        })
     }
 }
 
@@ -257,21 +215,12 @@ pub struct Params<'a> {
 /// An algorithm that does not implement `coll` is an error.
 pub fn generate(coll: Coll, algo: Algo, p: &Params) -> Result<Schedule, String> {
     if p.nranks == 0 || p.rank >= p.nranks || p.hosts.nranks() != p.nranks {
-        return Err(format!(
-            "rank {} of {} (hosts for {})",
-            p.rank,
-            p.nranks,
-            p.hosts.nranks()
-        ));
+        return Err(format!("rank {} of {} (hosts for {})", p.rank, p.nranks, p.hosts.nranks()));
     }
     if coll.rooted() && p.root >= p.nranks {
         return Err(format!("root {} of {}", p.root, p.nranks));
     }
-    let p = &Params {
-        channels: p.channels.max(1),
-        chunk: p.chunk.max(1),
-        ..*p
-    };
+    let p = &Params { channels: p.channels.max(1), chunk: p.chunk.max(1), ..*p };
     use Algo::*;
     let s = match (coll, algo) {
         (Coll::AllReduce, Ring) => ring::all_reduce(p),

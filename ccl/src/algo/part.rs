@@ -58,14 +58,7 @@ pub enum Into {
 /// Sends `send` to `peer` and receives `recv` from it, piece by piece,
 /// alternating, so that two ranks exchanging with each other never hold
 /// more than one piece in flight each way.
-pub fn exchange(
-    ch: &mut Vec<Step>,
-    peer: usize,
-    send: &[Region],
-    recv: &[Region],
-    chunk: usize,
-    into: Into,
-) {
+pub fn exchange(ch: &mut Vec<Step>, peer: usize, send: &[Region], recv: &[Region], chunk: usize, into: Into) {
     let cut = |rs: &[Region]| -> Vec<Region> {
         rs.iter()
             .flat_map(|r| {
@@ -82,16 +75,8 @@ pub fn exchange(
         if let Some(&dst) = r.get(i) {
             ch.push(match into {
                 Into::Copy => Step::Recv { from: peer, dst },
-                Into::Reduce => Step::RecvReduce {
-                    from: peer,
-                    src: dst,
-                    dst,
-                },
-                Into::ReduceTo(buf) => Step::RecvReduce {
-                    from: peer,
-                    src: dst,
-                    dst: Region { buf, ..dst },
-                },
+                Into::Reduce => Step::RecvReduce { from: peer, src: dst, dst },
+                Into::ReduceTo(buf) => Step::RecvReduce { from: peer, src: dst, dst: Region { buf, ..dst } },
             });
         }
     }

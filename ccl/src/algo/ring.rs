@@ -22,60 +22,31 @@ fn neighbours(ring: &[usize], pos: usize) -> (usize, usize) {
 
 /// One round of ring all-reduce over `parts` (one part per ring position),
 /// reading `src` and leaving the result in `dst` on every rank.
-pub fn all_reduce_round(
-    ch: &mut Vec<Step>,
-    ring: &[usize],
-    pos: usize,
-    parts: &[Range<usize>],
-    src: Buf,
-    dst: Buf,
-) {
+pub fn all_reduce_round(ch: &mut Vec<Step>, ring: &[usize], pos: usize, parts: &[Range<usize>], src: Buf, dst: Buf) {
     let n = ring.len();
     if n == 1 {
-        ch.push(Step::Copy {
-            src: reg(src, &parts[0]),
-            dst: reg(dst, &parts[0]),
-        });
+        ch.push(Step::Copy { src: reg(src, &parts[0]), dst: reg(dst, &parts[0]) });
         return;
     }
     let (prev, next) = neighbours(ring, pos);
     let part = |k: usize| &parts[k % n];
     // step 0: send our own part
-    ch.push(Step::Send {
-        to: next,
-        src: reg(src, part(pos)),
-    });
+    ch.push(Step::Send { to: next, src: reg(src, part(pos)) });
     // steps 1..n-2: add ours to the partial sum arriving and pass it on
     for s in 1..n - 1 {
         let p = part(pos + n - s);
-        ch.push(Step::RecvReduceSend {
-            from: prev,
-            to: next,
-            src: reg(src, p),
-        });
+        ch.push(Step::RecvReduceSend { from: prev, to: next, src: reg(src, p) });
     }
     // step n-1: the part is complete here: keep it and start the all-gather
     let p = part(pos + 1);
-    ch.push(Step::RecvReduceCopySend {
-        from: prev,
-        to: next,
-        src: reg(src, p),
-        dst: reg(dst, p),
-    });
+    ch.push(Step::RecvReduceCopySend { from: prev, to: next, src: reg(src, p), dst: reg(dst, p) });
     // steps n..2n-3: pass completed parts on
     for s in 1..n - 1 {
         let p = part(pos + 1 + n - s);
-        ch.push(Step::RecvCopySend {
-            from: prev,
-            to: next,
-            dst: reg(dst, p),
-        });
+        ch.push(Step::RecvCopySend { from: prev, to: next, dst: reg(dst, p) });
     }
     // step 2n-2: the last completed part
-    ch.push(Step::Recv {
-        from: prev,
-        dst: reg(dst, part(pos + 2)),
-    });
+    ch.push(Step::Recv { from: prev, dst: reg(dst, part(pos + 2)) });
 }
 
 /// Ring reduce-scatter: `blocks[q]` (in `src` coordinates) is the block ring
@@ -90,40 +61,22 @@ pub fn reduce_scatter_ring(
     out: &dyn Fn(&Range<usize>) -> Region,
 ) {
     let n = ring.len();
-    let rounds = blocks
-        .iter()
-        .map(|b| npieces(b.len(), chunk))
-        .max()
-        .unwrap_or(1);
+    let rounds = blocks.iter().map(|b| npieces(b.len(), chunk)).max().unwrap_or(1);
     let (prev, next) = neighbours(ring, pos);
     for k in 0..rounds {
         let p = |q: usize| piece(&blocks[q % n], chunk, k);
         if n == 1 {
-            ch.push(Step::Copy {
-                src: reg(src, &p(0)),
-                dst: out(&p(0)),
-            });
+            ch.push(Step::Copy { src: reg(src, &p(0)), dst: out(&p(0)) });
             continue;
         }
         // step 0: our contribution to the block of the previous position
-        ch.push(Step::Send {
-            to: next,
-            src: reg(src, &p(pos + n - 1)),
-        });
+        ch.push(Step::Send { to: next, src: reg(src, &p(pos + n - 1)) });
         // steps 1..n-2: add ours and pass on
         for s in 1..n - 1 {
-            ch.push(Step::RecvReduceSend {
-                from: prev,
-                to: next,
-                src: reg(src, &p(pos + n - 1 - s)),
-            });
+            ch.push(Step::RecvReduceSend { from: prev, to: next, src: reg(src, &p(pos + n - 1 - s)) });
         }
         // step n-1: our own block arrives with everyone else's contribution
-        ch.push(Step::RecvReduce {
-            from: prev,
-            src: reg(src, &p(pos)),
-            dst: out(&p(pos)),
-        });
+        ch.push(Step::RecvReduce { from: prev, src: reg(src, &p(pos)), dst: out(&p(pos)) });
     }
 }
 
@@ -139,11 +92,7 @@ pub fn all_gather_ring(
     dst: Buf,
 ) {
     let n = ring.len();
-    let rounds = blocks
-        .iter()
-        .map(|b| npieces(b.len(), chunk))
-        .max()
-        .unwrap_or(1);
+    let rounds = blocks.iter().map(|b| npieces(b.len(), chunk)).max().unwrap_or(1);
     let (prev, next) = neighbours(ring, pos);
     for k in 0..rounds {
         let p = |q: usize| piece(&blocks[q % n], chunk, k);
@@ -151,31 +100,18 @@ pub fn all_gather_ring(
         // step 0: place our block and send it on
         let placed = reg(dst, &mine);
         if own(&mine) != placed {
-            ch.push(Step::Copy {
-                src: own(&mine),
-                dst: placed,
-            });
+            ch.push(Step::Copy { src: own(&mine), dst: placed });
         }
         if n == 1 {
             continue;
         }
-        ch.push(Step::Send {
-            to: next,
-            src: own(&mine),
-        });
+        ch.push(Step::Send { to: next, src: own(&mine) });
         // steps 1..n-2: keep and forward
         for s in 1..n - 1 {
-            ch.push(Step::RecvCopySend {
-                from: prev,
-                to: next,
-                dst: reg(dst, &p(pos + n - s)),
-            });
+            ch.push(Step::RecvCopySend { from: prev, to: next, dst: reg(dst, &p(pos + n - s)) });
         }
         // step n-1: the block of the next position, which has gone all the way round
-        ch.push(Step::Recv {
-            from: prev,
-            dst: reg(dst, &p(pos + 1)),
-        });
+        ch.push(Step::Recv { from: prev, dst: reg(dst, &p(pos + 1)) });
     }
 }
 
@@ -196,29 +132,17 @@ pub fn all_reduce(p: &Params) -> Schedule {
             let mut ch = Vec::new();
             for k in 0..npieces(range.len(), n * p.chunk) {
                 let round = piece(&range, n * p.chunk, k);
-                all_reduce_round(
-                    &mut ch,
-                    &ring,
-                    pos,
-                    &split(round, n),
-                    Buf::Input,
-                    Buf::Output,
-                );
+                all_reduce_round(&mut ch, &ring, pos, &split(round, n), Buf::Input, Buf::Output);
             }
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// Per channel: the sub-range of each rank's block, by ring position.
 fn channel_blocks(ring: &[usize], count: usize, sub: &Range<usize>) -> Vec<Range<usize>> {
-    ring.iter()
-        .map(|&r| r * count + sub.start..r * count + sub.end)
-        .collect()
+    ring.iter().map(|&r| r * count + sub.start..r * count + sub.end).collect()
 }
 
 /// Reduce-scatter by ring: input `n × count`, rank `r` keeps block `r`.
@@ -230,16 +154,11 @@ pub fn reduce_scatter(p: &Params) -> Schedule {
         .map(|sub| {
             let mut ch = Vec::new();
             let blocks = channel_blocks(&ring, p.count, sub);
-            reduce_scatter_ring(&mut ch, &ring, pos, &blocks, p.chunk, Buf::Input, &|r| {
-                reg_at(Buf::Output, r, base)
-            });
+            reduce_scatter_ring(&mut ch, &ring, pos, &blocks, p.chunk, Buf::Input, &|r| reg_at(Buf::Output, r, base));
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// All-gather by ring: input `count`, output `n × count` in rank order.
@@ -251,22 +170,11 @@ pub fn all_gather(p: &Params) -> Schedule {
         .map(|sub| {
             let mut ch = Vec::new();
             let blocks = channel_blocks(&ring, p.count, sub);
-            all_gather_ring(
-                &mut ch,
-                &ring,
-                pos,
-                &blocks,
-                p.chunk,
-                &|r| reg_at(Buf::Input, r, base),
-                Buf::Output,
-            );
+            all_gather_ring(&mut ch, &ring, pos, &blocks, p.chunk, &|r| reg_at(Buf::Input, r, base), Buf::Output);
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// The ring rotated so that the root comes first, and our place in it.
@@ -290,36 +198,20 @@ pub fn broadcast(p: &Params) -> Schedule {
             for k in 0..npieces(range.len(), p.chunk) {
                 let c = piece(&range, p.chunk, k);
                 if me == 0 {
-                    ch.push(Step::Copy {
-                        src: reg(Buf::Input, &c),
-                        dst: reg(Buf::Output, &c),
-                    });
+                    ch.push(Step::Copy { src: reg(Buf::Input, &c), dst: reg(Buf::Output, &c) });
                     if n > 1 {
-                        ch.push(Step::Send {
-                            to: chain[1],
-                            src: reg(Buf::Input, &c),
-                        });
+                        ch.push(Step::Send { to: chain[1], src: reg(Buf::Input, &c) });
                     }
                 } else if me + 1 < n {
-                    ch.push(Step::RecvCopySend {
-                        from: chain[me - 1],
-                        to: chain[me + 1],
-                        dst: reg(Buf::Output, &c),
-                    });
+                    ch.push(Step::RecvCopySend { from: chain[me - 1], to: chain[me + 1], dst: reg(Buf::Output, &c) });
                 } else {
-                    ch.push(Step::Recv {
-                        from: chain[me - 1],
-                        dst: reg(Buf::Output, &c),
-                    });
+                    ch.push(Step::Recv { from: chain[me - 1], dst: reg(Buf::Output, &c) });
                 }
             }
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// Reduce up a pipelined chain that ends at the root.
@@ -337,31 +229,17 @@ pub fn reduce(p: &Params) -> Schedule {
                 let c = piece(&range, p.chunk, k);
                 let src = reg(Buf::Input, &c);
                 if n == 1 {
-                    ch.push(Step::Copy {
-                        src,
-                        dst: reg(Buf::Output, &c),
-                    });
+                    ch.push(Step::Copy { src, dst: reg(Buf::Output, &c) });
                 } else if me == 0 {
                     ch.push(Step::Send { to: chain[1], src });
                 } else if me + 1 < n {
-                    ch.push(Step::RecvReduceSend {
-                        from: chain[me - 1],
-                        to: chain[me + 1],
-                        src,
-                    });
+                    ch.push(Step::RecvReduceSend { from: chain[me - 1], to: chain[me + 1], src });
                 } else {
-                    ch.push(Step::RecvReduce {
-                        from: chain[me - 1],
-                        src,
-                        dst: reg(Buf::Output, &c),
-                    });
+                    ch.push(Step::RecvReduce { from: chain[me - 1], src, dst: reg(Buf::Output, &c) });
                 }
             }
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }

@@ -160,12 +160,8 @@ impl Step {
     /// Regions written locally.
     pub fn writes(&self) -> Option<Region> {
         match *self {
-            Step::Recv { dst, .. }
-            | Step::RecvReduce { dst, .. }
-            | Step::RecvReduceCopySend { dst, .. } => Some(dst),
-            Step::RecvCopySend { dst, .. } | Step::Copy { dst, .. } | Step::Reduce { dst, .. } => {
-                Some(dst)
-            }
+            Step::Recv { dst, .. } | Step::RecvReduce { dst, .. } | Step::RecvReduceCopySend { dst, .. } => Some(dst),
+            Step::RecvCopySend { dst, .. } | Step::Copy { dst, .. } | Step::Reduce { dst, .. } => Some(dst),
             Step::Send { .. } | Step::RecvReduceSend { .. } => None,
         }
     }

@@ -76,56 +76,28 @@ pub fn rank_tree(order: &[usize], me: usize) -> RankTree {
     let nodes = btree(order.len());
     let pos = order.iter().position(|&r| r == me).unwrap_or(0);
     let node = &nodes[pos];
-    RankTree {
-        parent: node.parent.map(|p| order[p]),
-        children: node.children.iter().map(|&c| order[c]).collect(),
-    }
+    RankTree { parent: node.parent.map(|p| order[p]), children: node.children.iter().map(|&c| order[c]).collect() }
 }
 
 /// Pipelined reduction up the tree of `src` over `range`: inner nodes
 /// accumulate into `acc`, the root ends with the total in `acc`.
-pub fn up(
-    ch: &mut Vec<Step>,
-    t: &RankTree,
-    range: &Range<usize>,
-    chunk: usize,
-    src: Buf,
-    acc: Buf,
-) {
+pub fn up(ch: &mut Vec<Step>, t: &RankTree, range: &Range<usize>, chunk: usize, src: Buf, acc: Buf) {
     for k in 0..npieces(range.len(), chunk) {
         let c = piece(range, chunk, k);
         let (s, a) = (reg(src, &c), reg(acc, &c));
         match (t.children.as_slice(), t.parent) {
             ([], Some(parent)) => ch.push(Step::Send { to: parent, src: s }),
             ([], None) => ch.push(Step::Copy { src: s, dst: a }),
-            (&[c0], Some(parent)) => ch.push(Step::RecvReduceSend {
-                from: c0,
-                to: parent,
-                src: s,
-            }),
-            (&[c0], None) => ch.push(Step::RecvReduce {
-                from: c0,
-                src: s,
-                dst: a,
-            }),
+            (&[c0], Some(parent)) => ch.push(Step::RecvReduceSend { from: c0, to: parent, src: s }),
+            (&[c0], None) => ch.push(Step::RecvReduce { from: c0, src: s, dst: a }),
             (kids, parent) => {
-                ch.push(Step::RecvReduce {
-                    from: kids[0],
-                    src: s,
-                    dst: a,
-                });
+                ch.push(Step::RecvReduce { from: kids[0], src: s, dst: a });
                 for (i, &kid) in kids.iter().enumerate().skip(1) {
                     match parent {
-                        Some(parent) if i + 1 == kids.len() => ch.push(Step::RecvReduceSend {
-                            from: kid,
-                            to: parent,
-                            src: a,
-                        }),
-                        _ => ch.push(Step::RecvReduce {
-                            from: kid,
-                            src: a,
-                            dst: a,
-                        }),
+                        Some(parent) if i + 1 == kids.len() => {
+                            ch.push(Step::RecvReduceSend { from: kid, to: parent, src: a })
+                        }
+                        _ => ch.push(Step::RecvReduce { from: kid, src: a, dst: a }),
                     }
                 }
             }
@@ -135,36 +107,19 @@ pub fn up(
 
 /// Pipelined broadcast down the tree into `buf` over `range`; the root
 /// sends from `root_src` (already holding the data).
-pub fn down(
-    ch: &mut Vec<Step>,
-    t: &RankTree,
-    range: &Range<usize>,
-    chunk: usize,
-    root_src: Buf,
-    buf: Buf,
-) {
+pub fn down(ch: &mut Vec<Step>, t: &RankTree, range: &Range<usize>, chunk: usize, root_src: Buf, buf: Buf) {
     for k in 0..npieces(range.len(), chunk) {
         let c = piece(range, chunk, k);
         let b: Region = reg(buf, &c);
         match (t.parent, t.children.as_slice()) {
             (None, kids) => {
                 for &kid in kids {
-                    ch.push(Step::Send {
-                        to: kid,
-                        src: reg(root_src, &c),
-                    });
+                    ch.push(Step::Send { to: kid, src: reg(root_src, &c) });
                 }
             }
-            (Some(parent), []) => ch.push(Step::Recv {
-                from: parent,
-                dst: b,
-            }),
+            (Some(parent), []) => ch.push(Step::Recv { from: parent, dst: b }),
             (Some(parent), kids) => {
-                ch.push(Step::RecvCopySend {
-                    from: parent,
-                    to: kids[0],
-                    dst: b,
-                });
+                ch.push(Step::RecvCopySend { from: parent, to: kids[0], dst: b });
                 for &kid in &kids[1..] {
                     ch.push(Step::Send { to: kid, src: b });
                 }
@@ -176,7 +131,7 @@ pub fn down(
 /// The second tree's relabelling of positions.
 fn second_tree_order(order: &[usize]) -> Vec<usize> {
     let n = order.len();
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         (0..n).map(|i| order[n - 1 - i]).collect()
     } else {
         (0..n).map(|i| order[(i + 1) % n]).collect()
@@ -187,10 +142,7 @@ fn second_tree_order(order: &[usize]) -> Vec<usize> {
 /// half reduced and broadcast on each tree, the trees on separate channels.
 pub fn all_reduce(p: &Params) -> Schedule {
     let order = p.hosts.ring();
-    let trees = [
-        rank_tree(&order, p.rank),
-        rank_tree(&second_tree_order(&order), p.rank),
-    ];
+    let trees = [rank_tree(&order, p.rank), rank_tree(&second_tree_order(&order), p.rank)];
     let mut channels = Vec::new();
     for range in split(0..p.count, p.channels) {
         for (half, t) in split(range, 2).iter().zip(&trees) {
@@ -200,10 +152,7 @@ pub fn all_reduce(p: &Params) -> Schedule {
             channels.push(ch);
         }
     }
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// Order with the root at position 0.
@@ -222,30 +171,20 @@ pub fn broadcast(p: &Params) -> Schedule {
         .map(|range| {
             let mut ch = Vec::new();
             if t.parent.is_none() {
-                ch.push(Step::Copy {
-                    src: reg(Buf::Input, range),
-                    dst: reg(Buf::Output, range),
-                });
+                ch.push(Step::Copy { src: reg(Buf::Input, range), dst: reg(Buf::Output, range) });
             }
             down(&mut ch, &t, range, p.chunk, Buf::Input, Buf::Output);
             ch
         })
         .collect();
-    Schedule {
-        channels,
-        scratch: 0,
-    }
+    Schedule { channels, scratch: 0 }
 }
 
 /// Reduce up a binary tree rooted at the root; inner non-root nodes
 /// accumulate in scratch.
 pub fn reduce(p: &Params) -> Schedule {
     let t = rank_tree(&rooted_order(p), p.rank);
-    let acc = if t.parent.is_none() {
-        Buf::Output
-    } else {
-        Buf::Scratch
-    };
+    let acc = if t.parent.is_none() { Buf::Output } else { Buf::Scratch };
     let channels = split(0..p.count, p.channels)
         .iter()
         .map(|range| {
@@ -287,10 +226,7 @@ mod tests {
                 })
                 .max()
                 .unwrap_or(0);
-            assert!(
-                depth <= 2 + (n as f64).log2().ceil() as usize,
-                "n={n} depth={depth}"
-            );
+            assert!(depth <= 2 + (n as f64).log2().ceil() as usize, "n={n} depth={depth}");
         }
     }
 }

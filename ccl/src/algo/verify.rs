@@ -25,10 +25,7 @@ struct Sym {
     mask: u64,
 }
 
-const UNDEF: Sym = Sym {
-    idx: u32::MAX,
-    mask: 0,
-};
+const UNDEF: Sym = Sym { idx: u32::MAX, mask: 0 };
 
 /// One verification case.
 #[derive(Clone, Debug)]
@@ -108,10 +105,7 @@ impl Case {
         let bit = 1u64 << r;
         let idx = pos as u32;
         match self.coll {
-            Coll::AllGather => Sym {
-                idx: (r * self.count + pos) as u32,
-                mask: bit,
-            },
+            Coll::AllGather => Sym { idx: (r * self.count + pos) as u32, mask: bit },
             Coll::Broadcast if r != self.root => UNDEF,
             _ => Sym { idx, mask: bit },
         }
@@ -120,34 +114,13 @@ impl Case {
     fn expected(&self, r: usize, q: usize) -> Option<Sym> {
         let (n, c, all) = (self.nranks, self.count.max(1), self.full_mask());
         Some(match self.coll {
-            Coll::AllReduce => Sym {
-                idx: q as u32,
-                mask: all,
-            },
-            Coll::Reduce if r == self.root => Sym {
-                idx: q as u32,
-                mask: all,
-            },
-            Coll::Broadcast => Sym {
-                idx: q as u32,
-                mask: 1 << self.root,
-            },
-            Coll::AllGather => Sym {
-                idx: q as u32,
-                mask: 1 << (q / c),
-            },
-            Coll::ReduceScatter => Sym {
-                idx: (r * self.count + q) as u32,
-                mask: all,
-            },
-            Coll::AllToAll => Sym {
-                idx: (r * self.count + q % c) as u32,
-                mask: 1 << (q / c),
-            },
-            Coll::Recv | Coll::Send if r == self.root && r != 0 => Sym {
-                idx: q as u32,
-                mask: 1,
-            },
+            Coll::AllReduce => Sym { idx: q as u32, mask: all },
+            Coll::Reduce if r == self.root => Sym { idx: q as u32, mask: all },
+            Coll::Broadcast => Sym { idx: q as u32, mask: 1 << self.root },
+            Coll::AllGather => Sym { idx: q as u32, mask: 1 << (q / c) },
+            Coll::ReduceScatter => Sym { idx: (r * self.count + q) as u32, mask: all },
+            Coll::AllToAll => Sym { idx: (r * self.count + q % c) as u32, mask: 1 << (q / c) },
+            Coll::Recv | Coll::Send if r == self.root && r != 0 => Sym { idx: q as u32, mask: 1 },
             _ => return None,
         })
         .filter(|_| n > 0)
@@ -166,11 +139,7 @@ pub fn verify(case: &Case) -> Result<Report, String> {
         let Some((coll, root)) = case.coll_of(r) else {
             ranks.push(RankState {
                 sched: Schedule::default(),
-                layout: Layout {
-                    input: 0,
-                    output: 0,
-                    in_place: None,
-                },
+                layout: Layout { input: 0, output: 0, in_place: None },
                 mem: [vec![], vec![], vec![]],
                 pc: vec![],
             });
@@ -199,28 +168,17 @@ pub fn verify(case: &Case) -> Result<Report, String> {
         }
         if coll == Coll::Barrier {
             if let Some(s) = mem[2].first_mut() {
-                *s = Sym {
-                    idx: 0,
-                    mask: 1 << r,
-                };
+                *s = Sym { idx: 0, mask: 1 << r };
             }
         }
         check_static(r, &sched, &layout)?;
         let pc = vec![(0, 0); sched.channels.len()];
-        ranks.push(RankState {
-            sched,
-            layout,
-            mem,
-            pc,
-        });
+        ranks.push(RankState { sched, layout, mem, pc });
     }
     let messages = check_matching(&ranks)?;
     simulate(case, &mut ranks)?;
     check_outputs(case, &ranks)?;
-    Ok(Report {
-        steps: ranks.iter().map(|s| s.sched.steps()).sum(),
-        messages,
-    })
+    Ok(Report { steps: ranks.iter().map(|s| s.sched.steps()).sum(), messages })
 }
 
 /// Bounds, aliasing, channel independence, no messages to oneself.
@@ -255,16 +213,13 @@ fn check_static(r: usize, s: &Schedule, l: &Layout) -> Result<(), String> {
             }
         }
     }
-    for a in 0..writes.len() {
-        for b in 0..touches.len() {
+    for (a, wa) in writes.iter().enumerate() {
+        for (b, tb_list) in touches.iter().enumerate() {
             if a == b {
                 continue;
             }
-            for &(wb, ws, we) in &writes[a] {
-                if touches[b]
-                    .iter()
-                    .any(|&(tb, ts, te)| tb == wb && ts < we && ws < te)
-                {
+            for &(wb, ws, we) in wa {
+                if tb_list.iter().any(|&(tb, ts, te)| tb == wb && ts < we && ws < te) {
                     return Err(format!("rank {r}: channel {a} writes {wb:?}[{ws}..{we}] that channel {b} also uses"));
                 }
             }
@@ -294,15 +249,9 @@ fn check_matching(ranks: &[RankState]) -> Result<usize, String> {
     keys.dedup();
     let mut total = 0;
     for k in keys {
-        let (s, r) = (
-            sent.get(&k).cloned().unwrap_or_default(),
-            recvd.get(&k).cloned().unwrap_or_default(),
-        );
+        let (s, r) = (sent.get(&k).cloned().unwrap_or_default(), recvd.get(&k).cloned().unwrap_or_default());
         if s != r {
-            return Err(format!(
-                "connection {}→{} channel {}: sends {:?} but receives {:?}",
-                k.0, k.1, k.2, s, r
-            ));
+            return Err(format!("connection {}→{} channel {}: sends {:?} but receives {:?}", k.0, k.1, k.2, s, r));
         }
         total += s.len();
     }
@@ -314,18 +263,12 @@ fn combine(a: Sym, b: Sym, union: bool) -> Result<Sym, String> {
         return Err("reduces data that was never written".into());
     }
     if a.idx != b.idx {
-        return Err(format!(
-            "reduces position {} with position {}",
-            a.idx, b.idx
-        ));
+        return Err(format!("reduces position {} with position {}", a.idx, b.idx));
     }
     if !union && a.mask & b.mask != 0 {
         return Err(format!("counts ranks {:#x} twice", a.mask & b.mask));
     }
-    Ok(Sym {
-        idx: a.idx,
-        mask: a.mask | b.mask,
-    })
+    Ok(Sym { idx: a.idx, mask: a.mask | b.mask })
 }
 
 /// Slots a message of `len` elements takes, and the element range of slot `u`.
@@ -351,11 +294,7 @@ fn write(st: &mut RankState, g: Region, u: usize, se: usize, v: &[Sym]) {
 
 /// Runs every rank's channels slot by slot until all finish or none can move.
 fn simulate(case: &Case, ranks: &mut [RankState]) -> Result<(), String> {
-    let (se, cap, union) = (
-        case.slot_elems.max(1),
-        case.nslots.max(1),
-        case.coll == Coll::Barrier,
-    );
+    let (se, cap, union) = (case.slot_elems.max(1), case.nslots.max(1), case.coll == Coll::Barrier);
     let mut fifo: HashMap<ConnKey, VecDeque<Vec<Sym>>> = HashMap::new();
     loop {
         let mut moved = false;
@@ -363,10 +302,7 @@ fn simulate(case: &Case, ranks: &mut [RankState]) -> Result<(), String> {
             for c in 0..ranks[r].pc.len() {
                 while advance(r, c, ranks, &mut fifo, se, cap, union).map_err(|e| {
                     let (i, _) = ranks[r].pc[c];
-                    format!(
-                        "rank {r} channel {c} step {i} ({:?}): {e}",
-                        ranks[r].sched.channels[c].get(i)
-                    )
+                    format!("rank {r} channel {c} step {i} ({:?}): {e}", ranks[r].sched.channels[c].get(i))
                 })? {
                     moved = true;
                 }
@@ -381,23 +317,15 @@ fn simulate(case: &Case, ranks: &mut [RankState]) -> Result<(), String> {
         .enumerate()
         .flat_map(|(r, st)| {
             st.pc.iter().enumerate().filter_map(move |(c, &(i, _))| {
-                st.sched.channels[c]
-                    .get(i)
-                    .map(|s| format!("rank {r} ch {c} step {i} {s:?}"))
+                st.sched.channels[c].get(i).map(|s| format!("rank {r} ch {c} step {i} {s:?}"))
             })
         })
         .collect();
     if !stuck.is_empty() {
-        return Err(format!(
-            "deadlock with {cap} slots of {se} elements: {}",
-            stuck.join("; ")
-        ));
+        return Err(format!("deadlock with {cap} slots of {se} elements: {}", stuck.join("; ")));
     }
     if let Some((k, _)) = fifo.iter().find(|(_, q)| !q.is_empty()) {
-        return Err(format!(
-            "messages left unreceived on {}→{} channel {}",
-            k.0, k.1, k.2
-        ));
+        return Err(format!("messages left unreceived on {}→{} channel {}", k.0, k.1, k.2));
     }
     Ok(())
 }
@@ -426,16 +354,10 @@ fn advance(
     }
     let incoming = match inbox {
         Some(k) => {
-            let v = fifo
-                .get_mut(&k)
-                .and_then(|q| q.pop_front())
-                .unwrap_or_default();
+            let v = fifo.get_mut(&k).and_then(|q| q.pop_front()).unwrap_or_default();
             let want = (step.len() - u * se).min(se);
             if v.len() != want {
-                return Err(format!(
-                    "slot of {} elements where {want} were expected",
-                    v.len()
-                ));
+                return Err(format!("slot of {} elements where {want} were expected", v.len()));
             }
             Some(v)
         }
@@ -444,10 +366,7 @@ fn advance(
     let st = &mut ranks[r];
     let reduced = |st: &RankState, src: Region, inc: &[Sym]| -> Result<Vec<Sym>, String> {
         let mine = read(st, src, u, se)?;
-        mine.iter()
-            .zip(inc)
-            .map(|(a, b)| combine(*a, *b, union))
-            .collect()
+        mine.iter().zip(inc).map(|(a, b)| combine(*a, *b, union)).collect()
     };
     let mut out = None;
     let mut local = false;
@@ -458,9 +377,7 @@ fn advance(
             let v = reduced(st, src, incoming.as_deref().unwrap_or(&[]))?;
             write(st, dst, u, se, &v);
         }
-        Step::RecvReduceSend { src, .. } => {
-            out = Some(reduced(st, src, incoming.as_deref().unwrap_or(&[]))?)
-        }
+        Step::RecvReduceSend { src, .. } => out = Some(reduced(st, src, incoming.as_deref().unwrap_or(&[]))?),
         Step::RecvReduceCopySend { src, dst, .. } => {
             let v = reduced(st, src, incoming.as_deref().unwrap_or(&[]))?;
             write(st, dst, u, se, &v);
@@ -485,11 +402,7 @@ fn advance(
         Step::Reduce { src, dst } => {
             let (a, b) = (st.layout.resolve(src), st.layout.resolve(dst));
             for k in 0..a.len {
-                let v = combine(
-                    st.mem[bi(b.buf)][b.off + k],
-                    st.mem[bi(a.buf)][a.off + k],
-                    union,
-                )?;
+                let v = combine(st.mem[bi(b.buf)][b.off + k], st.mem[bi(a.buf)][a.off + k], union)?;
                 st.mem[bi(b.buf)][b.off + k] = v;
             }
             local = true;
@@ -499,11 +412,7 @@ fn advance(
         fifo.entry(k).or_default().push_back(v);
     }
     let st = &mut ranks[r];
-    st.pc[c] = if local || u + 1 >= slots(step.len(), se) {
-        (i + 1, 0)
-    } else {
-        (i, u + 1)
-    };
+    st.pc[c] = if local || u + 1 >= slots(step.len(), se) { (i + 1, 0) } else { (i, u + 1) };
     Ok(true)
 }
 
@@ -512,10 +421,7 @@ fn check_outputs(case: &Case, ranks: &[RankState]) -> Result<(), String> {
         if case.coll == Coll::Barrier {
             let got = st.mem[2].first().copied().unwrap_or(UNDEF);
             if st.sched.scratch > 0 && got.mask != case.full_mask() {
-                return Err(format!(
-                    "rank {r} leaves the barrier having heard from {:#x} only",
-                    got.mask
-                ));
+                return Err(format!("rank {r} leaves the barrier having heard from {:#x} only", got.mask));
             }
             continue;
         }

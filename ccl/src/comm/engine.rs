@@ -99,25 +99,12 @@ impl Engine {
     }
 
     /// Queues a call; its id is what [`wait`](Self::wait) takes.
-    pub fn submit(
-        &mut self,
-        op: Box<dyn Pending>,
-        name: &'static str,
-        seq: u64,
-        timeout: Duration,
-    ) -> Result<u64> {
+    pub fn submit(&mut self, op: Box<dyn Pending>, name: &'static str, seq: u64, timeout: Duration) -> Result<u64> {
         self.check_usable()?;
         let id = self.next;
         self.next += 1;
         let started = Instant::now();
-        self.queue.push(Entry {
-            id,
-            op,
-            name,
-            seq,
-            started,
-            deadline: started + timeout,
-        });
+        self.queue.push(Entry { id, op, name, seq, started, deadline: started + timeout });
         Ok(id)
     }
 
@@ -138,9 +125,7 @@ impl Engine {
             let r = if j == i {
                 Err(err.clone())
             } else {
-                Err(Error::new(ErrorKind::Broken(err.to_string()))
-                    .in_call(e.name, e.seq)
-                    .at_rank(self.rank))
+                Err(Error::new(ErrorKind::Broken(err.to_string())).in_call(e.name, e.seq).at_rank(self.rank))
             };
             self.store(e.id, r);
         }

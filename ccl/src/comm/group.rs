@@ -64,18 +64,9 @@ impl Group {
     ) -> Result<Self> {
         let size = endpoints.len();
         if rank >= size || hosts.nranks() != size {
-            return Err(Error::internal(format!(
-                "rank {rank} of {size}, hosts for {}",
-                hosts.nranks()
-            )));
+            return Err(Error::internal(format!("rank {rank} of {size}, hosts for {}", hosts.nranks())));
         }
-        let conns = Conns::new(
-            Arc::clone(&registry),
-            id,
-            rank,
-            Arc::clone(&endpoints),
-            config.slot_bytes(),
-        );
+        let conns = Conns::new(Arc::clone(&registry), id, rank, Arc::clone(&endpoints), config.slot_bytes());
         let engine = Mutex::new(Engine::new(conns, rank));
         let inner = Inner {
             rank,
@@ -89,9 +80,7 @@ impl Group {
             splits: AtomicU64::new(0),
             engine,
         };
-        Ok(Group {
-            inner: Arc::new(inner),
-        })
+        Ok(Group { inner: Arc::new(inner) })
     }
 
     /// This rank, `0..size()`.
@@ -120,11 +109,7 @@ impl Group {
     }
 
     pub(crate) fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> Result<R>) -> Result<R> {
-        let mut e = self
-            .inner
-            .engine
-            .lock()
-            .map_err(|_| Error::internal("engine lock poisoned"))?;
+        let mut e = self.inner.engine.lock().map_err(|_| Error::internal("engine lock poisoned"))?;
         f(&mut e)
     }
 
@@ -146,13 +131,7 @@ impl Group {
     ) -> Result<u64> {
         let inner = &self.inner;
         let bytes = call.count.saturating_mul(std::mem::size_of::<T>());
-        let choice = tune::choose(
-            call.coll,
-            bytes,
-            std::mem::size_of::<T>(),
-            &inner.hosts,
-            &inner.config,
-        );
+        let choice = tune::choose(call.coll, bytes, std::mem::size_of::<T>(), &inner.hosts, &inner.config);
         let params = Params {
             nranks: inner.size,
             rank: inner.rank,
@@ -164,36 +143,17 @@ impl Group {
             hosts: &inner.hosts,
         };
         let sched = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
-        let layout = call
-            .coll
-            .layout(inner.size, inner.rank, call.count, call.root, call.in_place);
-        let base = if matches!(call.coll, Coll::Send | Coll::Recv) {
-            P2P_CHANNEL
-        } else {
-            0
-        };
+        let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
+        let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         self.with_engine(|eng| {
             eng.check_usable()?;
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe {
-                Exec::<T, O>::new(
-                    sched,
-                    layout,
-                    call.input,
-                    call.output,
-                    choice.slot_elems,
-                    &mut eng.conns,
-                    base,
-                )?
+                Exec::<T, O>::new(sched, layout, call.input, call.output, choice.slot_elems, &mut eng.conns, base)?
             };
             let uses = exec.uses(&eng.conns);
-            let op = CallOp {
-                exec,
-                uses,
-                finish_ranks,
-                on_done,
-            };
+            let op = CallOp { exec, uses, finish_ranks, on_done };
             eng.submit(Box::new(op), call.coll.name(), seq, inner.config.timeout)
         })
     }
@@ -203,11 +163,7 @@ impl Group {
     /// # Safety
     ///
     /// As [`submit`](Self::submit); the buffers are borrowed for the call.
-    pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(
-        &self,
-        call: Call<T>,
-        seq: u64,
-    ) -> Result<()> {
+    pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(&self, call: Call<T>, seq: u64) -> Result<()> {
         // SAFETY: forwarded; the blocking wait below ends the call (finished
         // or failed and removed from the queue) before the borrow ends.
         let id = unsafe { self.submit::<T, O>(call, seq, None) }?;
@@ -216,14 +172,7 @@ impl Group {
 
     fn barrier_call() -> Call<u8> {
         let p = std::ptr::NonNull::<u8>::dangling().as_ptr();
-        Call {
-            coll: Coll::Barrier,
-            count: 0,
-            root: 0,
-            input: p,
-            output: p,
-            in_place: false,
-        }
+        Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false }
     }
 
     /// Blocks until every rank of the group has entered the barrier.
@@ -262,38 +211,22 @@ impl Group {
         let mut table = vec![0i64; 2 * n];
         self.typed::<i64>().all_gather(&mine, &mut table)?;
         let Some(color) = color else { return Ok(None) };
-        let mut members: Vec<(i64, usize)> = (0..n)
-            .filter(|&r| table[2 * r] == i64::from(color))
-            .map(|r| (table[2 * r + 1], r))
-            .collect();
+        let mut members: Vec<(i64, usize)> =
+            (0..n).filter(|&r| table[2 * r] == i64::from(color)).map(|r| (table[2 * r + 1], r)).collect();
         members.sort_unstable();
         let ranks: Vec<usize> = members.iter().map(|&(_, r)| r).collect();
-        let rank = ranks
-            .iter()
-            .position(|&r| r == self.rank())
-            .ok_or_else(|| Error::internal("split lost this rank"))?;
+        let rank =
+            ranks.iter().position(|&r| r == self.rank()).ok_or_else(|| Error::internal("split lost this rank"))?;
         let endpoints: Arc<[usize]> = ranks.iter().map(|&r| self.inner.endpoints[r]).collect();
         let nth = self.inner.splits.fetch_add(1, Ordering::Relaxed);
         let id = fnv(&[self.inner.id, nth, u64::from(color)]);
         let hosts = self.inner.hosts.subset(&ranks);
-        Group::new(
-            rank,
-            endpoints,
-            hosts,
-            self.inner.config.clone(),
-            Arc::clone(&self.inner.registry),
-            id,
-        )
-        .map(Some)
+        Group::new(rank, endpoints, hosts, self.inner.config.clone(), Arc::clone(&self.inner.registry), id).map(Some)
     }
 
     pub(crate) fn check_root(&self, what: &'static str, rank: usize) -> Result<()> {
         if rank >= self.size() {
-            return Err(Error::new(ErrorKind::RankOutOfRange {
-                what,
-                rank,
-                size: self.size(),
-            }));
+            return Err(Error::new(ErrorKind::RankOutOfRange { what, rank, size: self.size() }));
         }
         Ok(())
     }

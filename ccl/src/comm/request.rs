@@ -17,22 +17,12 @@ pub struct Request<R> {
 
 impl<R> Request<R> {
     pub(crate) fn new(group: Group, id: u64, slot: Arc<Mutex<Option<R>>>) -> Self {
-        Request {
-            group,
-            id,
-            slot,
-            result: None,
-        }
+        Request { group, id, slot, result: None }
     }
 
     /// A request that failed before it started.
     pub(crate) fn failed(group: Group, err: Error) -> Self {
-        Request {
-            group,
-            id: u64::MAX,
-            slot: Arc::new(Mutex::new(None)),
-            result: Some(Err(err)),
-        }
+        Request { group, id: u64::MAX, slot: Arc::new(Mutex::new(None)), result: Some(Err(err)) }
     }
 
     /// Blocks until the call finishes; its buffers, or its error.
@@ -43,11 +33,7 @@ impl<R> Request<R> {
         };
         self.id = u64::MAX;
         r?;
-        self.slot
-            .lock()
-            .ok()
-            .and_then(|mut s| s.take())
-            .ok_or_else(|| Error::internal("finished call left no buffers"))
+        self.slot.lock().ok().and_then(|mut s| s.take()).ok_or_else(|| Error::internal("finished call left no buffers"))
     }
 
     /// Advances communication once; `Ok(true)` when the call has finished

@@ -25,11 +25,7 @@ pub struct Communicator<T> {
 }
 
 fn size_err(what: &'static str, expected: usize, got: usize) -> Error {
-    Error::new(ErrorKind::BufferSize {
-        what,
-        expected,
-        got,
-    })
+    Error::new(ErrorKind::BufferSize { what, expected, got })
 }
 
 fn split_err(len: usize, ranks: usize) -> Error {
@@ -38,10 +34,7 @@ fn split_err(len: usize, ranks: usize) -> Error {
 
 impl<T: Reduce> Communicator<T> {
     pub(crate) fn new(group: Group) -> Self {
-        Communicator {
-            group,
-            _t: PhantomData,
-        }
+        Communicator { group, _t: PhantomData }
     }
 
     /// The untyped group this communicator runs on.
@@ -105,43 +98,19 @@ impl<T: Reduce> Communicator<T> {
         }
     }
 
-    fn call(
-        &self,
-        coll: Coll,
-        count: usize,
-        root: usize,
-        input: *const T,
-        output: *mut T,
-        in_place: bool,
-    ) -> Call<T> {
-        Call {
-            coll,
-            count,
-            root,
-            input,
-            output,
-            in_place,
-        }
+    fn call(&self, coll: Coll, count: usize, root: usize, input: *const T, output: *mut T, in_place: bool) -> Call<T> {
+        Call { coll, count, root, input, output, in_place }
     }
 
     /// Reduces `buf` over all ranks, in place: afterwards every rank holds
     /// `op` applied element-wise to all ranks' `buf`.
     pub fn all_reduce<O: ReduceOp<T>>(&self, buf: &mut [T], _op: O) -> Result<()> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
-        self.blocking::<O>(
-            Coll::AllReduce,
-            || Ok(()),
-            || self.call(Coll::AllReduce, n, 0, p, p, true),
-        )
+        self.blocking::<O>(Coll::AllReduce, || Ok(()), || self.call(Coll::AllReduce, n, 0, p, p, true))
     }
 
     /// All-reduce from `send` into `recv` (same length).
-    pub fn all_reduce_into<O: ReduceOp<T>>(
-        &self,
-        send: &[T],
-        recv: &mut [T],
-        _op: O,
-    ) -> Result<()> {
+    pub fn all_reduce_into<O: ReduceOp<T>>(&self, send: &[T], recv: &mut [T], _op: O) -> Result<()> {
         let rl = recv.len();
         let n = send.len();
         let check = || {
@@ -152,9 +121,7 @@ impl<T: Reduce> Communicator<T> {
             }
         };
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<O>(Coll::AllReduce, check, || {
-            self.call(Coll::AllReduce, n, 0, i, o, false)
-        })
+        self.blocking::<O>(Coll::AllReduce, check, || self.call(Coll::AllReduce, n, 0, i, o, false))
     }
 
     /// Reduces `buf` over all ranks into `root`'s `buf`; other ranks' `buf`
@@ -162,20 +129,12 @@ impl<T: Reduce> Communicator<T> {
     pub fn reduce<O: ReduceOp<T>>(&self, buf: &mut [T], _op: O, root: usize) -> Result<()> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
         let check = || self.group.check_root("root", root);
-        self.blocking::<O>(Coll::Reduce, check, || {
-            self.call(Coll::Reduce, n, root, p, p, true)
-        })
+        self.blocking::<O>(Coll::Reduce, check, || self.call(Coll::Reduce, n, root, p, p, true))
     }
 
     /// Reduce from `send` into `root`'s `recv` (same length there; ignored,
     /// and may be empty, on other ranks).
-    pub fn reduce_into<O: ReduceOp<T>>(
-        &self,
-        send: &[T],
-        recv: &mut [T],
-        _op: O,
-        root: usize,
-    ) -> Result<()> {
+    pub fn reduce_into<O: ReduceOp<T>>(&self, send: &[T], recv: &mut [T], _op: O, root: usize) -> Result<()> {
         let rl = recv.len();
         let n = send.len();
         let me = self.rank();
@@ -187,18 +146,14 @@ impl<T: Reduce> Communicator<T> {
             Ok(())
         };
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<O>(Coll::Reduce, check, || {
-            self.call(Coll::Reduce, n, root, i, o, false)
-        })
+        self.blocking::<O>(Coll::Reduce, check, || self.call(Coll::Reduce, n, root, i, o, false))
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
     pub fn broadcast(&self, buf: &mut [T], root: usize) -> Result<()> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
         let check = || self.group.check_root("root", root);
-        self.blocking::<NoOp>(Coll::Broadcast, check, || {
-            self.call(Coll::Broadcast, n, root, p, p, true)
-        })
+        self.blocking::<NoOp>(Coll::Broadcast, check, || self.call(Coll::Broadcast, n, root, p, p, true))
     }
 
     /// Copies `root`'s `send` into every rank's `recv` (`send` is ignored,
@@ -215,9 +170,7 @@ impl<T: Reduce> Communicator<T> {
             Ok(())
         };
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<NoOp>(Coll::Broadcast, check, || {
-            self.call(Coll::Broadcast, n, root, i, o, false)
-        })
+        self.blocking::<NoOp>(Coll::Broadcast, check, || self.call(Coll::Broadcast, n, root, i, o, false))
     }
 
     /// Gathers every rank's `send` into `recv` (`size × send.len()`), in rank order.
@@ -233,9 +186,7 @@ impl<T: Reduce> Communicator<T> {
             }
         };
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<NoOp>(Coll::AllGather, check, || {
-            self.call(Coll::AllGather, n, 0, i, o, false)
-        })
+        self.blocking::<NoOp>(Coll::AllGather, check, || self.call(Coll::AllGather, n, 0, i, o, false))
     }
 
     /// All-gather in place: `buf` holds `size` blocks; this rank's block
@@ -243,16 +194,14 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_gather_in_place(&self, buf: &mut [T]) -> Result<()> {
         let (len, s) = (buf.len(), self.size());
         let check = || {
-            if len % s == 0 {
+            if len.is_multiple_of(s) {
                 Ok(())
             } else {
                 Err(split_err(len, s))
             }
         };
         let p = buf.as_mut_ptr();
-        self.blocking::<NoOp>(Coll::AllGather, check, || {
-            self.call(Coll::AllGather, len / s, 0, p, p, true)
-        })
+        self.blocking::<NoOp>(Coll::AllGather, check, || self.call(Coll::AllGather, len / s, 0, p, p, true))
     }
 
     /// Reduces `send` (`size × recv.len()`) over all ranks; rank `r` gets
@@ -269,9 +218,7 @@ impl<T: Reduce> Communicator<T> {
             }
         };
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<O>(Coll::ReduceScatter, check, || {
-            self.call(Coll::ReduceScatter, n, 0, i, o, false)
-        })
+        self.blocking::<O>(Coll::ReduceScatter, check, || self.call(Coll::ReduceScatter, n, 0, i, o, false))
     }
 
     /// Reduce-scatter in place: `buf` holds `size` blocks; afterwards this
@@ -280,16 +227,14 @@ impl<T: Reduce> Communicator<T> {
     pub fn reduce_scatter_in_place<O: ReduceOp<T>>(&self, buf: &mut [T], _op: O) -> Result<()> {
         let (len, s) = (buf.len(), self.size());
         let check = || {
-            if len % s == 0 {
+            if len.is_multiple_of(s) {
                 Ok(())
             } else {
                 Err(split_err(len, s))
             }
         };
         let p = buf.as_mut_ptr();
-        self.blocking::<O>(Coll::ReduceScatter, check, || {
-            self.call(Coll::ReduceScatter, len / s, 0, p, p, true)
-        })
+        self.blocking::<O>(Coll::ReduceScatter, check, || self.call(Coll::ReduceScatter, len / s, 0, p, p, true))
     }
 
     /// Sends block `d` of `send` to rank `d` and receives rank `s`'s block
@@ -301,31 +246,27 @@ impl<T: Reduce> Communicator<T> {
             if rl != len {
                 return Err(size_err("recv buffer", len, rl));
             }
-            if len % s != 0 {
+            if !len.is_multiple_of(s) {
                 return Err(split_err(len, s));
             }
             Ok(())
         };
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<NoOp>(Coll::AllToAll, check, || {
-            self.call(Coll::AllToAll, len / s, 0, i, o, false)
-        })
+        self.blocking::<NoOp>(Coll::AllToAll, check, || self.call(Coll::AllToAll, len / s, 0, i, o, false))
     }
 
     /// All-to-all in place on `buf` (`size × count`).
     pub fn all_to_all_in_place(&self, buf: &mut [T]) -> Result<()> {
         let (len, s) = (buf.len(), self.size());
         let check = || {
-            if len % s == 0 {
+            if len.is_multiple_of(s) {
                 Ok(())
             } else {
                 Err(split_err(len, s))
             }
         };
         let p = buf.as_mut_ptr();
-        self.blocking::<NoOp>(Coll::AllToAll, check, || {
-            self.call(Coll::AllToAll, len / s, 0, p, p, true)
-        })
+        self.blocking::<NoOp>(Coll::AllToAll, check, || self.call(Coll::AllToAll, len / s, 0, p, p, true))
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
@@ -342,14 +283,7 @@ impl<T: Reduce> Communicator<T> {
         let (n, p) = (buf.len(), buf.as_ptr());
         let check = || self.check_peer(peer);
         self.blocking::<NoOp>(Coll::Send, check, || {
-            self.call(
-                Coll::Send,
-                n,
-                peer,
-                p,
-                std::ptr::NonNull::dangling().as_ptr(),
-                false,
-            )
+            self.call(Coll::Send, n, peer, p, std::ptr::NonNull::dangling().as_ptr(), false)
         })
     }
 
@@ -358,14 +292,7 @@ impl<T: Reduce> Communicator<T> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
         let check = || self.check_peer(peer);
         self.blocking::<NoOp>(Coll::Recv, check, || {
-            self.call(
-                Coll::Recv,
-                n,
-                peer,
-                std::ptr::NonNull::dangling().as_ptr(),
-                p,
-                false,
-            )
+            self.call(Coll::Recv, n, peer, std::ptr::NonNull::dangling().as_ptr(), p, false)
         })
     }
 
@@ -377,36 +304,21 @@ impl<T: Reduce> Communicator<T> {
     /// Non-blocking [`all_reduce`](Self::all_reduce); the request returns `buf`.
     pub fn iall_reduce<O: ReduceOp<T>>(&self, mut buf: Vec<T>, _op: O) -> Request<Vec<T>> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
-        self.start::<O, _>(
-            Coll::AllReduce,
-            || Ok(()),
-            self.call(Coll::AllReduce, n, 0, p, p, true),
-            move || buf,
-        )
+        self.start::<O, _>(Coll::AllReduce, || Ok(()), self.call(Coll::AllReduce, n, 0, p, p, true), move || buf)
     }
 
     /// Non-blocking [`reduce`](Self::reduce); the request returns `buf`.
     pub fn ireduce<O: ReduceOp<T>>(&self, mut buf: Vec<T>, _op: O, root: usize) -> Request<Vec<T>> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
         let check = || self.group.check_root("root", root);
-        self.start::<O, _>(
-            Coll::Reduce,
-            check,
-            self.call(Coll::Reduce, n, root, p, p, true),
-            move || buf,
-        )
+        self.start::<O, _>(Coll::Reduce, check, self.call(Coll::Reduce, n, root, p, p, true), move || buf)
     }
 
     /// Non-blocking [`broadcast`](Self::broadcast); the request returns `buf`.
     pub fn ibroadcast(&self, mut buf: Vec<T>, root: usize) -> Request<Vec<T>> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
         let check = || self.group.check_root("root", root);
-        self.start::<NoOp, _>(
-            Coll::Broadcast,
-            check,
-            self.call(Coll::Broadcast, n, root, p, p, true),
-            move || buf,
-        )
+        self.start::<NoOp, _>(Coll::Broadcast, check, self.call(Coll::Broadcast, n, root, p, p, true), move || buf)
     }
 
     /// Non-blocking [`all_gather`](Self::all_gather); the request returns
@@ -433,7 +345,7 @@ impl<T: Reduce> Communicator<T> {
         let (len, s) = (send.len(), self.size());
         let mut out = vec![T::zeroed(); len / s];
         let check = || {
-            if len % s == 0 {
+            if len.is_multiple_of(s) {
                 Ok(())
             } else {
                 Err(split_err(len, s))
@@ -451,33 +363,21 @@ impl<T: Reduce> Communicator<T> {
     pub fn iall_to_all(&self, mut buf: Vec<T>) -> Request<Vec<T>> {
         let (len, s) = (buf.len(), self.size());
         let check = || {
-            if len % s == 0 {
+            if len.is_multiple_of(s) {
                 Ok(())
             } else {
                 Err(split_err(len, s))
             }
         };
         let p = buf.as_mut_ptr();
-        self.start::<NoOp, _>(
-            Coll::AllToAll,
-            check,
-            self.call(Coll::AllToAll, len / s, 0, p, p, true),
-            move || buf,
-        )
+        self.start::<NoOp, _>(Coll::AllToAll, check, self.call(Coll::AllToAll, len / s, 0, p, p, true), move || buf)
     }
 
     /// Non-blocking [`send`](Self::send); the request returns `buf`.
     pub fn isend(&self, buf: Vec<T>, peer: usize) -> Request<Vec<T>> {
         let (n, p) = (buf.len(), buf.as_ptr());
         let check = || self.check_peer(peer);
-        let call = self.call(
-            Coll::Send,
-            n,
-            peer,
-            p,
-            std::ptr::NonNull::dangling().as_ptr(),
-            false,
-        );
+        let call = self.call(Coll::Send, n, peer, p, std::ptr::NonNull::dangling().as_ptr(), false);
         self.start::<NoOp, _>(Coll::Send, check, call, move || buf)
     }
 
@@ -485,14 +385,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn irecv(&self, mut buf: Vec<T>, peer: usize) -> Request<Vec<T>> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
         let check = || self.check_peer(peer);
-        let call = self.call(
-            Coll::Recv,
-            n,
-            peer,
-            std::ptr::NonNull::dangling().as_ptr(),
-            p,
-            false,
-        );
+        let call = self.call(Coll::Recv, n, peer, std::ptr::NonNull::dangling().as_ptr(), p, false);
         self.start::<NoOp, _>(Coll::Recv, check, call, move || buf)
     }
 }

@@ -22,13 +22,7 @@ pub struct Conns {
 impl Conns {
     /// Connections of communicator `comm` for group rank `me`; group rank
     /// `r` is transport endpoint `endpoints[r]`.
-    pub fn new(
-        reg: Arc<Registry>,
-        comm: u64,
-        me: usize,
-        endpoints: Arc<[usize]>,
-        slot_bytes: usize,
-    ) -> Self {
+    pub fn new(reg: Arc<Registry>, comm: u64, me: usize, endpoints: Arc<[usize]>, slot_bytes: usize) -> Self {
         Conns {
             reg,
             comm,
@@ -44,17 +38,9 @@ impl Conns {
 
     fn key(&self, from: usize, to: usize, channel: u32) -> Result<ConnKey> {
         let ep = |r: usize| {
-            self.endpoints
-                .get(r)
-                .copied()
-                .ok_or_else(|| Error::internal(format!("rank {r} outside the group")))
+            self.endpoints.get(r).copied().ok_or_else(|| Error::internal(format!("rank {r} outside the group")))
         };
-        Ok(ConnKey {
-            comm: self.comm,
-            from: ep(from)?,
-            to: ep(to)?,
-            channel,
-        })
+        Ok(ConnKey { comm: self.comm, from: ep(from)?, to: ep(to)?, channel })
     }
 
     /// Index of the sending connection to `peer` on `channel`.
@@ -65,12 +51,9 @@ impl Conns {
         let key = self.key(self.me, peer, channel)?;
         let c = self.reg.connect_send(key).map_err(|e| e.with_peer(peer))?;
         if c.slot_bytes() < self.slot_bytes {
-            return Err(Error::transport(format!(
-                "slots of {} B, need {}",
-                c.slot_bytes(),
-                self.slot_bytes
-            ))
-            .with_peer(peer));
+            return Err(
+                Error::transport(format!("slots of {} B, need {}", c.slot_bytes(), self.slot_bytes)).with_peer(peer)
+            );
         }
         self.sends.push(c);
         self.send_idx.insert((peer, channel), self.sends.len() - 1);
@@ -85,12 +68,9 @@ impl Conns {
         let key = self.key(peer, self.me, channel)?;
         let c = self.reg.connect_recv(key).map_err(|e| e.with_peer(peer))?;
         if c.slot_bytes() < self.slot_bytes {
-            return Err(Error::transport(format!(
-                "slots of {} B, need {}",
-                c.slot_bytes(),
-                self.slot_bytes
-            ))
-            .with_peer(peer));
+            return Err(
+                Error::transport(format!("slots of {} B, need {}", c.slot_bytes(), self.slot_bytes)).with_peer(peer)
+            );
         }
         self.recvs.push(c);
         self.recv_idx.insert((peer, channel), self.recvs.len() - 1);

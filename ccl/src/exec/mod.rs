@@ -80,36 +80,17 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             links.push(l);
         }
         if slot_elems == 0 || slot_elems * size > conns.slot_bytes() {
-            return Err(Error::internal(format!(
-                "{slot_elems} elements of {size} B do not fit a slot"
-            )));
+            return Err(Error::internal(format!("{slot_elems} elements of {size} B do not fit a slot")));
         }
         let scratch = vec![T::zeroed(); sched.scratch];
         let pcs = vec![(0, 0); sched.channels.len()];
-        let input = if layout.in_place.is_some() {
-            output as *const T
-        } else {
-            input
-        };
-        Ok(Exec {
-            sched,
-            layout,
-            input,
-            output,
-            scratch,
-            pcs,
-            links,
-            slot_elems,
-            _op: PhantomData,
-        })
+        let input = if layout.in_place.is_some() { output as *const T } else { input };
+        Ok(Exec { sched, layout, input, output, scratch, pcs, links, slot_elems, _op: PhantomData })
     }
 
     /// Whether every channel has finished.
     pub fn done(&self) -> bool {
-        self.pcs
-            .iter()
-            .zip(&self.sched.channels)
-            .all(|(&(i, _), ch)| i >= ch.len())
+        self.pcs.iter().zip(&self.sched.channels).all(|(&(i, _), ch)| i >= ch.len())
     }
 
     /// Advances every channel as far as it can go now; `true` if anything moved.
@@ -125,9 +106,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 
     /// Applies the operator's finishing pass (Avg's division) to the output.
     pub fn finish(&mut self, nranks: usize) {
-        let out = self
-            .layout
-            .resolve(Region::new(Buf::Output, 0, self.layout.output));
+        let out = self.layout.resolve(Region::new(Buf::Output, 0, self.layout.output));
         // SAFETY: validated region of the output buffer; no slot or other
         // slice is alive.
         let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr(out), out.len) };
@@ -196,11 +175,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 Some((p, bytes)) => {
                     if bytes != n * size {
                         let peer = st.recv_peer().unwrap_or(0);
-                        return Err(Error::new(ErrorKind::MessageSize {
-                            expected: n * size,
-                            got: bytes,
-                        })
-                        .with_peer(peer));
+                        return Err(
+                            Error::new(ErrorKind::MessageSize { expected: n * size, got: bytes }).with_peer(peer)
+                        );
                     }
                     Some(p as *const T)
                 }
@@ -215,45 +192,52 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             },
             None => None,
         };
-        // SAFETY (for every slice below): regions were validated against
-        // their buffers in `new`, and fused operands are identical (handled
-        // by the `same` branches) or disjoint; a peeked slot holds `n`
-        // elements (checked above) and is ours until released; a reserved
-        // slot holds at least `slot_elems ≥ n` elements (checked in `new`)
-        // and is ours until posted; slots are 64-byte aligned and T's
+        // Why the slices below are sound: regions were validated against
+        // their buffers in `new`, and fused operands are identical (the
+        // `s == d` branches use one slice) or disjoint; a peeked slot holds
+        // `n` elements (checked above) and is ours until released; a
+        // reserved slot holds at least `slot_elems ≥ n` elements (checked in
+        // `new`) and is ours until posted; slots are 64-byte aligned and T's
         // alignment is at most 64; every bit pattern is a valid T.
-        let slot_in =
-            || unsafe { std::slice::from_raw_parts(incoming.unwrap_or(std::ptr::null()), n) };
-        let slot_out = || unsafe {
-            std::slice::from_raw_parts_mut(outgoing.unwrap_or(std::ptr::null_mut()), n)
+        let slot_in: &[T] = match incoming {
+            // SAFETY: see above: a peeked slot of `n` elements, ours until released.
+            Some(p) => unsafe { std::slice::from_raw_parts(p, n) },
+            None => &[],
         };
+        let slot_out: &mut [T] = match outgoing {
+            // SAFETY: see above: a reserved slot of at least `n` elements, ours until posted.
+            Some(p) => unsafe { std::slice::from_raw_parts_mut(p, n) },
+            None => &mut [],
+        };
+        // SAFETY: see above: a validated region, not aliased by a live `mem_mut` slice.
         let mem = |r: Region| unsafe { std::slice::from_raw_parts(self.ptr(r) as *const T, r.len) };
+        // SAFETY: see above: a validated region, disjoint from every other live slice.
         let mem_mut = |r: Region| unsafe { std::slice::from_raw_parts_mut(self.ptr(r), r.len) };
         let mut local = false;
         match st {
-            Step::Send { src, .. } => slot_out().copy_from_slice(mem(at(src))),
-            Step::Recv { dst, .. } => mem_mut(at(dst)).copy_from_slice(slot_in()),
+            Step::Send { src, .. } => slot_out.copy_from_slice(mem(at(src))),
+            Step::Recv { dst, .. } => mem_mut(at(dst)).copy_from_slice(slot_in),
             Step::RecvReduce { src, dst, .. } => {
                 let (s, d) = (at(src), at(dst));
                 if s == d {
-                    O::reduce_into(mem_mut(d), slot_in());
+                    O::reduce_into(mem_mut(d), slot_in);
                 } else {
-                    O::reduce3(mem_mut(d), mem(s), slot_in());
+                    O::reduce3(mem_mut(d), mem(s), slot_in);
                 }
             }
-            Step::RecvReduceSend { src, .. } => O::reduce3(slot_out(), mem(at(src)), slot_in()),
+            Step::RecvReduceSend { src, .. } => O::reduce3(slot_out, mem(at(src)), slot_in),
             Step::RecvReduceCopySend { src, dst, .. } => {
                 let (s, d) = (at(src), at(dst));
                 if s == d {
-                    O::reduce_into(mem_mut(d), slot_in());
+                    O::reduce_into(mem_mut(d), slot_in);
                 } else {
-                    O::reduce3(mem_mut(d), mem(s), slot_in());
+                    O::reduce3(mem_mut(d), mem(s), slot_in);
                 }
-                slot_out().copy_from_slice(mem(d));
+                slot_out.copy_from_slice(mem(d));
             }
             Step::RecvCopySend { dst, .. } => {
-                mem_mut(at(dst)).copy_from_slice(slot_in());
-                slot_out().copy_from_slice(slot_in());
+                mem_mut(at(dst)).copy_from_slice(slot_in);
+                slot_out.copy_from_slice(slot_in);
             }
             Step::Copy { src, dst } => {
                 let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
@@ -275,11 +259,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             conns.recv_at(ri).release();
         }
         let slots = len.div_ceil(se).max(1);
-        self.pcs[c] = if local || u + 1 >= slots {
-            (i + 1, 0)
-        } else {
-            (i, u + 1)
-        };
+        self.pcs[c] = if local || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
         Ok(true)
     }
 }
@@ -293,10 +273,7 @@ fn validate(s: &Schedule, l: &Layout) -> Result<()> {
             for g in regs {
                 let g = l.resolve(g);
                 if g.end() > l.capacity(g.buf, s.scratch) {
-                    return Err(Error::internal(format!(
-                        "{st:?} reaches past the end of {:?}",
-                        g.buf
-                    )));
+                    return Err(Error::internal(format!("{st:?} reaches past the end of {:?}", g.buf)));
                 }
             }
             if let Some(w) = st.writes() {
@@ -304,9 +281,7 @@ fn validate(s: &Schedule, l: &Layout) -> Result<()> {
                 for g in st.reads() {
                     let g = l.resolve(g);
                     if g != w && g.buf == w.buf && g.off < w.end() && w.off < g.end() {
-                        return Err(Error::internal(format!(
-                            "{st:?} has partially overlapping operands"
-                        )));
+                        return Err(Error::internal(format!("{st:?} has partially overlapping operands")));
                     }
                 }
             }

@@ -21,10 +21,7 @@ pub struct Doorbell {
 impl Doorbell {
     /// A new doorbell.
     pub const fn new() -> Self {
-        Doorbell {
-            seq: AtomicU32::new(0),
-            sleepers: AtomicU32::new(0),
-        }
+        Doorbell { seq: AtomicU32::new(0), sleepers: AtomicU32::new(0) }
     }
 
     /// The current count; read it *before* looking for work, then pass it
@@ -61,13 +58,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     // `ts` outlives it; FUTEX_WAIT only reads both. Spurious returns (EINTR,
     // EAGAIN, ETIMEDOUT) are fine: callers re-check their condition.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec);
     }
 }
 

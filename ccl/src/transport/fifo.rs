@@ -46,12 +46,7 @@ impl FifoMem {
         if base.is_null() {
             return None;
         }
-        Some(Arc::new(FifoMem {
-            base,
-            layout,
-            nslots,
-            slot_bytes,
-        }))
+        Some(Arc::new(FifoMem { base, layout, nslots, slot_bytes }))
     }
 
     fn lens_off() -> usize {
@@ -83,10 +78,7 @@ impl FifoMem {
     fn slot_ptr(&self, slot: usize) -> *mut u8 {
         // SAFETY: `slot < nslots` (callers reduce modulo nslots), so the
         // offset stays inside the allocation.
-        unsafe {
-            self.base
-                .add(Self::data_off(self.nslots) + (slot % self.nslots) * self.slot_bytes)
-        }
+        unsafe { self.base.add(Self::data_off(self.nslots) + (slot % self.nslots) * self.slot_bytes) }
     }
 
     /// Bytes per slot.
@@ -125,20 +117,14 @@ impl FifoSend {
     /// The sending end of `mem`; posting rings `receiver`.
     pub fn new(mem: Arc<FifoMem>, receiver: Arc<Doorbell>) -> Self {
         let head = mem.head().load(Ordering::Acquire);
-        FifoSend {
-            mem,
-            head,
-            receiver,
-        }
+        FifoSend { mem, head, receiver }
     }
 
     /// The next free slot, if the receiver has released one.
     pub fn reserve(&mut self) -> Option<*mut u8> {
         let tail = self.mem.tail().load(Ordering::Acquire);
-        (self.head - tail < self.mem.nslots as u64).then(|| {
-            self.mem
-                .slot_ptr((self.head % self.mem.nslots as u64) as usize)
-        })
+        (self.head - tail < self.mem.nslots as u64)
+            .then(|| self.mem.slot_ptr((self.head % self.mem.nslots as u64) as usize))
     }
 
     /// Publishes the reserved slot holding `bytes` bytes.
@@ -168,10 +154,7 @@ impl FifoRecv {
         let head = self.mem.head().load(Ordering::Acquire);
         (head > self.tail).then(|| {
             let slot = (self.tail % self.mem.nslots as u64) as usize;
-            (
-                self.mem.slot_ptr(slot) as *const u8,
-                self.mem.len_of(slot).load(Ordering::Relaxed) as usize,
-            )
+            (self.mem.slot_ptr(slot) as *const u8, self.mem.len_of(slot).load(Ordering::Relaxed) as usize)
         })
     }
 

@@ -35,10 +35,7 @@ impl Fabric {
 
     /// Endpoint `me`'s view of the fabric.
     pub fn endpoint(self: &Arc<Self>, me: usize) -> LocalEndpoint {
-        LocalEndpoint {
-            fabric: Arc::clone(self),
-            me,
-        }
+        LocalEndpoint { fabric: Arc::clone(self), me }
     }
 
     /// Marks the job as failed (`why`) and wakes every sleeper, so that
@@ -56,28 +53,19 @@ impl Fabric {
     }
 
     fn fifo(&self, key: ConnKey) -> Result<Arc<FifoMem>> {
-        let mut map = self
-            .fifos
-            .lock()
-            .map_err(|_| Error::transport("fabric table poisoned"))?;
+        let mut map = self.fifos.lock().map_err(|_| Error::transport("fabric table poisoned"))?;
         if let Some(f) = map.get(&key) {
             return Ok(Arc::clone(f));
         }
         let f = FifoMem::new(self.nslots, self.slot_bytes).ok_or_else(|| {
-            Error::transport(format!(
-                "cannot allocate {} slots of {} bytes",
-                self.nslots, self.slot_bytes
-            ))
+            Error::transport(format!("cannot allocate {} slots of {} bytes", self.nslots, self.slot_bytes))
         })?;
         map.insert(key, Arc::clone(&f));
         Ok(f)
     }
 
     fn bell_of(&self, ep: usize) -> Result<Arc<Doorbell>> {
-        self.bells
-            .get(ep)
-            .cloned()
-            .ok_or_else(|| Error::transport(format!("no endpoint {ep} in this fabric")))
+        self.bells.get(ep).cloned().ok_or_else(|| Error::transport(format!("no endpoint {ep} in this fabric")))
     }
 }
 
@@ -97,17 +85,11 @@ impl Transport for LocalEndpoint {
     }
 
     fn connect_send(&self, key: ConnKey) -> Result<SendConn> {
-        Ok(SendConn::Fifo(FifoSend::new(
-            self.fabric.fifo(key)?,
-            self.fabric.bell_of(key.to)?,
-        )))
+        Ok(SendConn::Fifo(FifoSend::new(self.fabric.fifo(key)?, self.fabric.bell_of(key.to)?)))
     }
 
     fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
-        Ok(RecvConn::Fifo(FifoRecv::new(
-            self.fabric.fifo(key)?,
-            self.fabric.bell_of(key.from)?,
-        )))
+        Ok(RecvConn::Fifo(FifoRecv::new(self.fabric.fifo(key)?, self.fabric.bell_of(key.from)?)))
     }
 
     fn bell(&self) -> &Doorbell {
@@ -116,12 +98,7 @@ impl Transport for LocalEndpoint {
 
     fn check_alive(&self) -> Result<()> {
         if self.fabric.down.load(Ordering::SeqCst) {
-            let why = self
-                .fabric
-                .why
-                .lock()
-                .map(|w| w.clone())
-                .unwrap_or_default();
+            let why = self.fabric.why.lock().map(|w| w.clone()).unwrap_or_default();
             return Err(Error::transport(format!("the job is shutting down: {why}")));
         }
         Ok(())

@@ -120,16 +120,10 @@ impl Registry {
     }
 
     fn pick(&self, from: usize, to: usize) -> Result<&Arc<dyn Transport>> {
-        self.list
-            .iter()
-            .find(|t| t.can_connect(from, to))
-            .ok_or_else(|| {
-                let names: Vec<_> = self.list.iter().map(|t| t.name()).collect();
-                Error::transport(format!(
-                    "no transport connects endpoint {from} to {to} (declined: {})",
-                    names.join(", ")
-                ))
-            })
+        self.list.iter().find(|t| t.can_connect(from, to)).ok_or_else(|| {
+            let names: Vec<_> = self.list.iter().map(|t| t.name()).collect();
+            Error::transport(format!("no transport connects endpoint {from} to {to} (declined: {})", names.join(", ")))
+        })
     }
 
     /// Connects the sending end of `key`.

@@ -58,9 +58,7 @@ half_elem!(f16 => 2e-3, bf16 => 1.6e-2);
 
 /// Rank `rank`'s input for call `call` of a test seeded `seed`.
 pub fn input<T: Elem>(seed: u64, call: u64, rank: usize, len: usize, small: bool) -> Vec<T> {
-    let mut rng = StdRng::seed_from_u64(
-        seed ^ (call << 20) ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-    );
+    let mut rng = StdRng::seed_from_u64(seed ^ (call << 20) ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     (0..len).map(|_| T::draw(&mut rng, small)).collect()
 }
 
@@ -79,28 +77,18 @@ pub fn reference<T: Elem, O: ReduceOp<T>>(inputs: &[Vec<T>]) -> Vec<T> {
 /// Compares element-wise, describing the first difference.
 pub fn compare<T: Elem>(what: &str, got: &[T], want: &[T], n: usize) -> Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!(
-            "{what}: {} elements, expected {}",
-            got.len(),
-            want.len()
-        ));
+        return Err(format!("{what}: {} elements, expected {}", got.len(), want.len()));
     }
     match got.iter().zip(want).position(|(a, b)| !T::close(*a, *b, n)) {
         None => Ok(()),
-        Some(i) => Err(format!(
-            "{what}: element {i} is {:?}, expected {:?}",
-            got[i], want[i]
-        )),
+        Some(i) => Err(format!("{what}: element {i} is {:?}, expected {:?}", got[i], want[i])),
     }
 }
 
 /// A fresh seed per test run, printed so a failure can be replayed with
 /// `CCL_TEST_SEED`.
 pub fn seed() -> u64 {
-    let s = std::env::var("CCL_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let s = std::env::var("CCL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("seed {s} (CCL_TEST_SEED={s} replays it)");
     s
 }

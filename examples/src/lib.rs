@@ -1,0 +1,2 @@
+//! Runnable examples of ccl (see `src/bin`). Each binary is also run by
+//! `tests/run_examples.rs`, so an example that breaks fails the tests.
