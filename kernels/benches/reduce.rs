@@ -1,7 +1,7 @@
 //! Reduce kernels against memcpy of the same bytes.
 //!
 //! `cargo bench -p ccl-kernels` prints, per size, the throughput of
-//! `dst += src` for f32 and bf16 and of a plain copy, all counted as the
+//! `dst += src` for f32, bf16 and f16 and of a plain copy, all counted as the
 //! bytes of `dst`, so the three numbers compare directly.
 #![allow(missing_docs)]
 
@@ -23,6 +23,10 @@ fn bench(c: &mut Criterion) {
         let (mut dh, sh) = (vec![bf16::ONE; nh], vec![bf16::ONE; nh]);
         g.bench_with_input(BenchmarkId::new("bf16_sum", bytes), &bytes, |b, _| {
             b.iter(|| bf16::reduce_into(ArithOp::Sum, black_box(&mut dh), black_box(&sh)))
+        });
+        let (mut df, sf) = (vec![half::f16::ONE; nh], vec![half::f16::ONE; nh]);
+        g.bench_with_input(BenchmarkId::new("f16_sum", bytes), &bytes, |b, _| {
+            b.iter(|| half::f16::reduce_into(ArithOp::Sum, black_box(&mut df), black_box(&sf)))
         });
         let (mut db, sb) = (vec![0u8; bytes], vec![1u8; bytes]);
         g.bench_with_input(BenchmarkId::new("memcpy", bytes), &bytes, |b, _| {
