@@ -130,6 +130,12 @@ impl Case {
 /// Generates every rank's schedule for `case` and proves it; the error
 /// says which rank and step broke which rule.
 pub fn verify(case: &Case) -> Result<Report, String> {
+    verify_with(case, &|coll, p| generate(coll, case.algo, p))
+}
+
+/// Proves the schedules `gen` returns for each rank (for testing the
+/// verifier itself on schedules no generator would produce).
+pub fn verify_with(case: &Case, gen: &dyn Fn(Coll, &Params) -> Result<Schedule, String>) -> Result<Report, String> {
     let n = case.nranks;
     if n == 0 || n > 64 {
         return Err(format!("verifier handles 1..=64 ranks, not {n}"));
@@ -155,7 +161,7 @@ pub fn verify(case: &Case) -> Result<Report, String> {
             in_place: case.in_place,
             hosts: &case.hosts,
         };
-        let sched = generate(coll, case.algo, &p)?;
+        let sched = gen(coll, &p)?;
         let layout = coll.layout(n, r, case.count, root, case.in_place);
         let mut mem = [
             vec![UNDEF; layout.capacity(Buf::Input, 0)],
@@ -440,4 +446,83 @@ fn check_outputs(case: &Case, ranks: &[RankState]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::Step::*;
+
+    const IN: Region = Region::new(Buf::Input, 0, 1);
+    const OUT: Region = Region::new(Buf::Output, 0, 1);
+
+    fn two_ranks(coll: Coll) -> Case {
+        Case {
+            coll,
+            algo: Algo::Ring,
+            nranks: 2,
+            count: 1,
+            root: 0,
+            channels: 1,
+            chunk: 1,
+            in_place: false,
+            hosts: Hosts::flat(2),
+            slot_elems: 1,
+            nslots: 2,
+        }
+    }
+
+    fn run(steps: [Vec<Vec<Step>>; 2]) -> Result<Report, String> {
+        verify_with(&two_ranks(Coll::AllReduce), &|_, p| Ok(Schedule { channels: steps[p.rank].clone(), scratch: 0 }))
+    }
+
+    #[test]
+    fn accepts_a_correct_hand_written_exchange() {
+        let r = |peer| vec![vec![Send { to: peer, src: IN }, RecvReduce { from: peer, src: IN, dst: OUT }]];
+        assert_eq!(run([r(1), r(0)]).map(|x| x.messages), Ok(2));
+    }
+
+    #[test]
+    fn rejects_counting_a_rank_twice() {
+        // rank 1 sends back a sum that already holds rank 0's part
+        let r0 = vec![vec![Send { to: 1, src: IN }, RecvReduce { from: 1, src: IN, dst: OUT }]];
+        let r1 = vec![vec![RecvReduce { from: 0, src: IN, dst: OUT }, Send { to: 0, src: OUT }]];
+        let e = run([r0, r1]).expect_err("double count");
+        assert!(e.contains("counts ranks 0x1 twice"), "{e}");
+    }
+
+    #[test]
+    fn rejects_reading_unwritten_output() {
+        let r = |peer| vec![vec![Send { to: peer, src: OUT }, RecvReduce { from: peer, src: IN, dst: OUT }]];
+        let e = run([r(1), r(0)]).expect_err("undefined");
+        assert!(e.contains("never-written"), "{e}");
+    }
+
+    #[test]
+    fn rejects_channels_writing_the_same_memory() {
+        let r = |peer| {
+            vec![
+                vec![Send { to: peer, src: IN }, RecvReduce { from: peer, src: IN, dst: OUT }],
+                vec![Copy { src: IN, dst: OUT }],
+            ]
+        };
+        let e = run([r(1), r(0)]).expect_err("race");
+        assert!(e.contains("channel 0 writes"), "{e}");
+    }
+
+    #[test]
+    fn rejects_mismatched_messages_and_missing_results() {
+        let e = run([vec![vec![Send { to: 1, src: IN }]], vec![vec![]]]).expect_err("unmatched");
+        assert!(e.contains("sends [1] but receives []"), "{e}");
+        let e = run([vec![vec![Copy { src: IN, dst: OUT }]], vec![vec![Copy { src: IN, dst: OUT }]]])
+            .expect_err("not reduced");
+        assert!(e.contains("expected position 0 from ranks 0x3"), "{e}");
+    }
+
+    #[test]
+    fn rejects_regions_past_the_buffer() {
+        let far = Region::new(Buf::Output, 1, 1);
+        let e = run([vec![vec![Copy { src: IN, dst: far }]], vec![vec![]]]).expect_err("bounds");
+        assert!(e.contains("past the end"), "{e}");
+    }
 }
