@@ -123,6 +123,16 @@ pub enum ErrorKind {
     /// A transport failed to connect or move data.
     #[error("transport: {0}")]
     Transport(String),
+    /// A peer process or host is gone.
+    #[error("lost rank {rank} on {host}: {why}")]
+    PeerLost {
+        /// The lost rank.
+        rank: usize,
+        /// Its host identity.
+        host: String,
+        /// How the loss was noticed.
+        why: String,
+    },
     /// The communicator failed earlier and refuses further calls.
     #[error("communicator is unusable after an earlier error: {0}")]
     Broken(String),

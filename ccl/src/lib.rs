@@ -33,6 +33,7 @@
 extern crate self as ccl;
 
 pub mod algo;
+pub mod bootstrap;
 pub mod comm;
 pub mod config;
 mod error;
@@ -44,6 +45,7 @@ pub mod topo;
 pub mod transport;
 pub mod tune;
 
+pub use bootstrap::init;
 pub use ccl_macros::Reduce;
 pub use comm::{Communicator, Group, Request};
 pub use config::Config;

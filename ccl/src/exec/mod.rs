@@ -171,7 +171,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 
         // claim the incoming and outgoing slots before touching anything
         let incoming = match ri {
-            Some(ri) => match conns.recv_at(ri).peek() {
+            Some(ri) => match conns.recv_at(ri).peek().map_err(|e| e.with_peer(st.recv_peer().unwrap_or(0)))? {
                 Some((p, bytes)) => {
                     if bytes != n * size {
                         let peer = st.recv_peer().unwrap_or(0);
@@ -186,7 +186,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             None => None,
         };
         let outgoing = match si {
-            Some(si) => match conns.send_at(si).reserve() {
+            Some(si) => match conns.send_at(si).reserve().map_err(|e| e.with_peer(st.send_peer().unwrap_or(0)))? {
                 Some(p) => Some(p as *mut T),
                 None => return Ok(false),
             },

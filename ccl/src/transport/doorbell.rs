@@ -8,7 +8,18 @@
 //! once it lives in a shared mapping.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// A shared handle on a doorbell, wherever it lives (the heap for threads,
+/// a shared mapping for processes).
+pub type BellRef = Arc<dyn AsRef<Doorbell> + Send + Sync>;
+
+impl AsRef<Doorbell> for Doorbell {
+    fn as_ref(&self) -> &Doorbell {
+        self
+    }
+}
 
 /// A futex-backed wake-up counter.
 #[derive(Debug, Default)]

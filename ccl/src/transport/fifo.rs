@@ -7,7 +7,7 @@
 //! 64-byte aligned so any element type up to that alignment can be read in
 //! place. The memory is one allocation here; a shared mapping later.
 
-use super::doorbell::Doorbell;
+use super::doorbell::BellRef;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,10 +18,18 @@ pub const SLOT_ALIGN: usize = 64;
 #[repr(C, align(64))]
 struct Counter(AtomicU64);
 
+/// Where a FIFO's memory comes from.
+enum Backing {
+    /// One heap allocation (ranks as threads).
+    Heap(Layout),
+    /// A shared mapping (ranks as processes); unmapped on drop.
+    Map(#[allow(dead_code)] memmap2::MmapMut),
+}
+
 /// The shared part: counters, slot lengths, slot data.
 pub struct FifoMem {
     base: *mut u8,
-    layout: Layout,
+    backing: Backing,
     nslots: usize,
     slot_bytes: usize,
 }
@@ -37,16 +45,38 @@ unsafe impl Sync for FifoMem {}
 impl FifoMem {
     /// A FIFO of `nslots` slots of `slot_bytes` each (rounded up to 64).
     pub fn new(nslots: usize, slot_bytes: usize) -> Option<Arc<Self>> {
-        let nslots = nslots.max(1);
-        let slot_bytes = slot_bytes.max(1).div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
-        let size = Self::data_off(nslots).checked_add(nslots.checked_mul(slot_bytes)?)?;
-        let layout = Layout::from_size_align(size, SLOT_ALIGN).ok()?;
+        let (nslots, slot_bytes) = Self::shape(nslots, slot_bytes);
+        let layout = Layout::from_size_align(Self::size(nslots, slot_bytes)?, SLOT_ALIGN).ok()?;
         // SAFETY: `layout` has a non-zero size (two counters at least).
         let base = unsafe { alloc_zeroed(layout) };
         if base.is_null() {
             return None;
         }
-        Some(Arc::new(FifoMem { base, layout, nslots, slot_bytes }))
+        Some(Arc::new(FifoMem { base, backing: Backing::Heap(layout), nslots, slot_bytes }))
+    }
+
+    /// A FIFO laid out in a shared mapping that is zero-filled when fresh
+    /// (both ends map the same file); `None` if the mapping is too small.
+    pub fn in_map(mut map: memmap2::MmapMut, nslots: usize, slot_bytes: usize) -> Option<Arc<Self>> {
+        let (nslots, slot_bytes) = Self::shape(nslots, slot_bytes);
+        if map.len() < Self::size(nslots, slot_bytes)? {
+            return None;
+        }
+        let base = map.as_mut_ptr();
+        if base as usize % SLOT_ALIGN != 0 {
+            return None;
+        }
+        Some(Arc::new(FifoMem { base, backing: Backing::Map(map), nslots, slot_bytes }))
+    }
+
+    fn shape(nslots: usize, slot_bytes: usize) -> (usize, usize) {
+        (nslots.max(1), slot_bytes.max(1).div_ceil(SLOT_ALIGN) * SLOT_ALIGN)
+    }
+
+    /// Bytes of memory a FIFO of this shape needs.
+    pub fn size(nslots: usize, slot_bytes: usize) -> Option<usize> {
+        let (nslots, slot_bytes) = Self::shape(nslots, slot_bytes);
+        Self::data_off(nslots).checked_add(nslots.checked_mul(slot_bytes)?)
     }
 
     fn lens_off() -> usize {
@@ -94,8 +124,10 @@ impl FifoMem {
 
 impl Drop for FifoMem {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with exactly this layout, freed once.
-        unsafe { dealloc(self.base, self.layout) }
+        if let Backing::Heap(layout) = self.backing {
+            // SAFETY: allocated in `new` with exactly this layout, freed once.
+            unsafe { dealloc(self.base, layout) }
+        }
     }
 }
 
@@ -103,19 +135,19 @@ impl Drop for FifoMem {
 pub struct FifoSend {
     mem: Arc<FifoMem>,
     head: u64,
-    receiver: Arc<Doorbell>,
+    receiver: BellRef,
 }
 
 /// The receiving end.
 pub struct FifoRecv {
     mem: Arc<FifoMem>,
     tail: u64,
-    sender: Arc<Doorbell>,
+    sender: BellRef,
 }
 
 impl FifoSend {
     /// The sending end of `mem`; posting rings `receiver`.
-    pub fn new(mem: Arc<FifoMem>, receiver: Arc<Doorbell>) -> Self {
+    pub fn new(mem: Arc<FifoMem>, receiver: BellRef) -> Self {
         let head = mem.head().load(Ordering::Acquire);
         FifoSend { mem, head, receiver }
     }
@@ -133,7 +165,7 @@ impl FifoSend {
         self.mem.len_of(slot).store(bytes as u32, Ordering::Relaxed);
         self.head += 1;
         self.mem.head().store(self.head, Ordering::Release);
-        self.receiver.ring();
+        self.receiver.as_ref().as_ref().ring();
     }
 
     /// Bytes per slot.
@@ -144,7 +176,7 @@ impl FifoSend {
 
 impl FifoRecv {
     /// The receiving end of `mem`; releasing rings `sender`.
-    pub fn new(mem: Arc<FifoMem>, sender: Arc<Doorbell>) -> Self {
+    pub fn new(mem: Arc<FifoMem>, sender: BellRef) -> Self {
         let tail = mem.tail().load(Ordering::Acquire);
         FifoRecv { mem, tail, sender }
     }
@@ -162,7 +194,7 @@ impl FifoRecv {
     pub fn release(&mut self) {
         self.tail += 1;
         self.mem.tail().store(self.tail, Ordering::Release);
-        self.sender.ring();
+        self.sender.as_ref().as_ref().ring();
     }
 
     /// Bytes per slot.
@@ -174,12 +206,13 @@ impl FifoRecv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::doorbell::Doorbell;
 
     #[test]
     fn slots_flow_in_order_and_respect_capacity() {
         let mem = FifoMem::new(4, 100).expect("alloc");
         assert_eq!(mem.slot_bytes(), 128);
-        let (b1, b2) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+        let (b1, b2): (BellRef, BellRef) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
         let mut tx = FifoSend::new(Arc::clone(&mem), Arc::clone(&b1));
         let mut rx = FifoRecv::new(mem, b2);
         for i in 0..4u8 {
@@ -204,7 +237,7 @@ mod tests {
     #[test]
     fn threads_pass_a_stream() {
         let mem = FifoMem::new(2, 64).expect("alloc");
-        let (b1, b2) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+        let (b1, b2): (BellRef, BellRef) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
         let mut tx = FifoSend::new(Arc::clone(&mem), Arc::clone(&b1));
         let mut rx = FifoRecv::new(mem, b2);
         let n = 10_000u64;

@@ -2,7 +2,7 @@
 //! connection is a slot FIFO in ordinary memory. Both ends of a connection
 //! find the same FIFO in the fabric's table, whichever connects first.
 
-use super::doorbell::Doorbell;
+use super::doorbell::{BellRef, Doorbell};
 use super::fifo::{FifoMem, FifoRecv, FifoSend};
 use super::{ConnKey, RecvConn, SendConn, Transport};
 use crate::error::{Error, Result};
@@ -64,8 +64,11 @@ impl Fabric {
         Ok(f)
     }
 
-    fn bell_of(&self, ep: usize) -> Result<Arc<Doorbell>> {
-        self.bells.get(ep).cloned().ok_or_else(|| Error::transport(format!("no endpoint {ep} in this fabric")))
+    fn bell_of(&self, ep: usize) -> Result<BellRef> {
+        match self.bells.get(ep) {
+            Some(b) => Ok(Arc::clone(b) as BellRef),
+            None => Err(Error::transport(format!("no endpoint {ep} in this fabric"))),
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 pub mod doorbell;
 pub mod fifo;
 pub mod local;
+pub mod shm;
 
 use crate::error::{Error, Result};
 use doorbell::Doorbell;
@@ -52,54 +53,73 @@ pub trait Transport: Send + Sync {
 
 /// The sending end of a connection.
 pub enum SendConn {
-    /// A slot FIFO in memory both sides can reach.
+    /// A slot FIFO in memory of this process.
     Fifo(FifoSend),
+    /// A slot FIFO in memory shared with another process, mapped once both
+    /// sides have arrived; and its slot size.
+    Shm(shm::Lazy<FifoSend>, usize),
 }
 
 /// The receiving end of a connection.
 pub enum RecvConn {
-    /// A slot FIFO in memory both sides can reach.
+    /// A slot FIFO in memory of this process.
     Fifo(FifoRecv),
+    /// A slot FIFO shared with another process, and its slot size.
+    Shm(shm::Lazy<FifoRecv>, usize),
 }
 
 impl SendConn {
-    /// A free slot to fill, if any.
-    pub fn reserve(&mut self) -> Option<*mut u8> {
-        match self {
+    /// A free slot to fill, if any (`None` also while still connecting).
+    pub fn reserve(&mut self) -> Result<Option<*mut u8>> {
+        Ok(match self {
             SendConn::Fifo(f) => f.reserve(),
-        }
+            SendConn::Shm(l, _) => l.get()?.and_then(|f| f.reserve()),
+        })
     }
-    /// Publishes the reserved slot with `bytes` bytes in it.
+    /// Publishes the slot [`reserve`](Self::reserve) returned, holding `bytes` bytes.
     pub fn post(&mut self, bytes: usize) {
         match self {
             SendConn::Fifo(f) => f.post(bytes),
+            SendConn::Shm(l, _) => {
+                if let Ok(Some(f)) = l.get() {
+                    f.post(bytes)
+                }
+            }
         }
     }
     /// Bytes per slot.
     pub fn slot_bytes(&self) -> usize {
         match self {
             SendConn::Fifo(f) => f.slot_bytes(),
+            SendConn::Shm(_, b) => *b,
         }
     }
 }
 
 impl RecvConn {
     /// The oldest arrived slot and its length in bytes, if any.
-    pub fn peek(&mut self) -> Option<(*const u8, usize)> {
-        match self {
+    pub fn peek(&mut self) -> Result<Option<(*const u8, usize)>> {
+        Ok(match self {
             RecvConn::Fifo(f) => f.peek(),
-        }
+            RecvConn::Shm(l, _) => l.get()?.and_then(|f| f.peek()),
+        })
     }
-    /// Returns the peeked slot to the sender.
+    /// Returns the slot [`peek`](Self::peek) returned to the sender.
     pub fn release(&mut self) {
         match self {
             RecvConn::Fifo(f) => f.release(),
+            RecvConn::Shm(l, _) => {
+                if let Ok(Some(f)) = l.get() {
+                    f.release()
+                }
+            }
         }
     }
     /// Bytes per slot.
     pub fn slot_bytes(&self) -> usize {
         match self {
             RecvConn::Fifo(f) => f.slot_bytes(),
+            RecvConn::Shm(_, b) => *b,
         }
     }
 }

@@ -1,0 +1,255 @@
+//! Shared memory between processes of one host.
+//!
+//! Every rank maps its doorbell at `/dev/shm/ccl-<job>-b<rank>` before it
+//! joins the rendezvous, so peers can always open it. A connection's FIFO
+//! is a file `/dev/shm/ccl-<job>-<comm>-<from>-<to>-<channel>` that
+//! whichever side comes first creates (zero-filled, the FIFO's initial
+//! state) and the second side maps and unlinks, so nothing named is left
+//! once both ends hold it. Files a rank created are removed when it drops
+//! the transport, and `cclrun` removes `ccl-<job>-*` after a crash.
+//! Connecting never blocks: a connection whose peer has not arrived yet is
+//! retried by the progress engine on each poll.
+
+use super::doorbell::{BellRef, Doorbell};
+use super::fifo::{FifoMem, FifoRecv, FifoSend};
+use super::{ConnKey, RecvConn, SendConn, Transport};
+use crate::error::{Error, ErrorKind, Result};
+use memmap2::MmapMut;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where the files live.
+const DIR: &str = "/dev/shm";
+/// How often peers' processes are checked for life while waiting.
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+
+/// A doorbell in a shared mapping.
+pub struct BellMap {
+    map: MmapMut,
+    owned: Option<PathBuf>,
+}
+
+impl AsRef<Doorbell> for BellMap {
+    fn as_ref(&self) -> &Doorbell {
+        // SAFETY: the mapping is at least a page, page-aligned, zero-filled
+        // when created (a valid Doorbell: two zero atomics), and lives as
+        // long as `self`.
+        unsafe { &*(self.map.as_ptr() as *const Doorbell) }
+    }
+}
+
+impl Drop for BellMap {
+    fn drop(&mut self) {
+        if let Some(p) = &self.owned {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn map_file(f: &File) -> Result<MmapMut> {
+    // SAFETY: the file is a shm object of this job that only ccl processes
+    // map; all concurrent access goes through atomics or through FIFO slots
+    // owned by one side at a time (see fifo.rs).
+    unsafe { MmapMut::map_mut(f) }.map_err(|e| Error::transport(format!("mmap: {e}")))
+}
+
+/// One process's shared-memory transport.
+pub struct Shm {
+    job: String,
+    me: usize,
+    hosts: Vec<String>,
+    pids: Vec<u32>,
+    nslots: usize,
+    slot_bytes: usize,
+    bell: Arc<BellMap>,
+    peer_bells: Mutex<HashMap<usize, Arc<BellMap>>>,
+    created: Arc<Mutex<Vec<PathBuf>>>,
+    last_check: Mutex<Instant>,
+}
+
+impl Shm {
+    /// Path of rank `rank`'s doorbell in job `job`.
+    pub fn bell_path(job: &str, rank: usize) -> PathBuf {
+        PathBuf::from(format!("{DIR}/ccl-{job}-b{rank}"))
+    }
+
+    /// The prefix of every file of job `job` (for cleanup after a crash).
+    pub fn file_prefix(job: &str) -> String {
+        format!("ccl-{job}-")
+    }
+
+    /// Creates this rank's doorbell; call before joining the rendezvous.
+    pub fn create_bell(job: &str, rank: usize) -> Result<Arc<BellMap>> {
+        let path = Self::bell_path(job, rank);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::transport(format!("create {}: {e}", path.display())))?;
+        f.set_len(4096).map_err(|e| Error::transport(format!("size {}: {e}", path.display())))?;
+        Ok(Arc::new(BellMap { map: map_file(&f)?, owned: Some(path) }))
+    }
+
+    /// The transport of rank `me`, given every rank's host and pid.
+    pub fn new(
+        job: &str,
+        me: usize,
+        bell: Arc<BellMap>,
+        hosts: Vec<String>,
+        pids: Vec<u32>,
+        nslots: usize,
+        slot_bytes: usize,
+    ) -> Self {
+        Shm {
+            job: job.to_string(),
+            me,
+            hosts,
+            pids,
+            nslots,
+            slot_bytes,
+            bell,
+            peer_bells: Mutex::new(HashMap::new()),
+            created: Arc::new(Mutex::new(Vec::new())),
+            last_check: Mutex::new(Instant::now()),
+        }
+    }
+
+    fn peer_bell(&self, peer: usize) -> Result<BellRef> {
+        let mut bells = self.peer_bells.lock().map_err(|_| Error::internal("bell table poisoned"))?;
+        if let Some(b) = bells.get(&peer) {
+            return Ok(Arc::clone(b) as BellRef);
+        }
+        let path = Self::bell_path(&self.job, peer);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::transport(format!("open {}: {e}", path.display())).with_peer(peer))?;
+        let b = Arc::new(BellMap { map: map_file(&f)?, owned: None });
+        bells.insert(peer, Arc::clone(&b));
+        Ok(b as BellRef)
+    }
+
+    fn fifo_path(&self, key: ConnKey) -> PathBuf {
+        PathBuf::from(format!("{DIR}/ccl-{}-{:016x}-{}-{}-{}", self.job, key.comm, key.from, key.to, key.channel))
+    }
+
+    /// An opener that maps the connection's FIFO once both sides can.
+    fn opener(&self, key: ConnKey) -> impl FnMut() -> Result<Option<Arc<FifoMem>>> + Send + 'static {
+        let (path, nslots, slot_bytes, created) =
+            (self.fifo_path(key), self.nslots, self.slot_bytes, Arc::clone(&self.created));
+        move || {
+            let size = FifoMem::size(nslots, slot_bytes).ok_or_else(|| Error::internal("fifo size"))? as u64;
+            let tx = |e: std::io::Error| Error::transport(format!("{}: {e}", path.display()));
+            match OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path) {
+                Ok(f) => {
+                    f.set_len(size).map_err(tx)?;
+                    if let Ok(mut c) = created.lock() {
+                        c.push(path.clone());
+                    }
+                    Ok(FifoMem::in_map(map_file(&f)?, nslots, slot_bytes))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let f = match OpenOptions::new().read(true).write(true).open(&path) {
+                        Ok(f) => f,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                        Err(e) => return Err(tx(e)),
+                    };
+                    if f.metadata().map_err(tx)?.len() != size {
+                        return Ok(None); // the creator has not sized it yet
+                    }
+                    let mem = FifoMem::in_map(map_file(&f)?, nslots, slot_bytes);
+                    let _ = std::fs::remove_file(&path); // both ends hold it now
+                    Ok(mem)
+                }
+                Err(e) => Err(tx(e)),
+            }
+        }
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        if let Ok(c) = self.created.lock() {
+            for p in c.iter() {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+/// A connection whose FIFO is mapped on first successful poll.
+pub struct Lazy<C> {
+    conn: Option<C>,
+    open: Box<dyn FnMut() -> Result<Option<C>> + Send>,
+}
+
+impl<C> Lazy<C> {
+    /// The connection, if both sides have arrived.
+    pub fn get(&mut self) -> Result<Option<&mut C>> {
+        if self.conn.is_none() {
+            self.conn = (self.open)()?;
+        }
+        Ok(self.conn.as_mut())
+    }
+}
+
+impl Transport for Shm {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn can_connect(&self, from: usize, to: usize) -> bool {
+        matches!((self.hosts.get(from), self.hosts.get(to)), (Some(a), Some(b)) if a == b)
+    }
+
+    fn connect_send(&self, key: ConnKey) -> Result<SendConn> {
+        let bell = self.peer_bell(key.to)?;
+        let mut open = self.opener(key);
+        let open = move || Ok(open()?.map(|m| FifoSend::new(m, Arc::clone(&bell))));
+        Ok(SendConn::Shm(Lazy { conn: None, open: Box::new(open) }, self.slot_bytes))
+    }
+
+    fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
+        let bell = self.peer_bell(key.from)?;
+        let mut open = self.opener(key);
+        let open = move || Ok(open()?.map(|m| FifoRecv::new(m, Arc::clone(&bell))));
+        Ok(RecvConn::Shm(Lazy { conn: None, open: Box::new(open) }, self.slot_bytes))
+    }
+
+    fn bell(&self) -> &Doorbell {
+        self.bell.as_ref().as_ref()
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        let Ok(mut last) = self.last_check.lock() else { return Ok(()) };
+        if last.elapsed() < LIVENESS_EVERY {
+            return Ok(());
+        }
+        *last = Instant::now();
+        for (rank, (&pid, host)) in self.pids.iter().zip(&self.hosts).enumerate() {
+            if rank == self.me || Some(host) != self.hosts.get(self.me) {
+                continue;
+            }
+            // SAFETY: signal 0 only checks that the process exists.
+            let gone = unsafe { libc::kill(pid as libc::pid_t, 0) } == -1
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                return Err(Error::new(ErrorKind::PeerLost {
+                    rank,
+                    host: host.clone(),
+                    why: format!("process {pid} has exited"),
+                })
+                .with_peer(rank));
+            }
+        }
+        Ok(())
+    }
+}
