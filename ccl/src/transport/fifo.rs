@@ -63,7 +63,7 @@ impl FifoMem {
             return None;
         }
         let base = map.as_mut_ptr();
-        if base as usize % SLOT_ALIGN != 0 {
+        if !(base as usize).is_multiple_of(SLOT_ALIGN) {
             return None;
         }
         Some(Arc::new(FifoMem { base, backing: Backing::Map(map), nslots, slot_bytes }))
