@@ -11,9 +11,17 @@ use std::fmt;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A ccl error: what went wrong ([`ErrorKind`]) and where.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Clone, PartialEq, thiserror::Error)]
 #[error("{}{}", .0.ctx, .0.kind)]
 pub struct Error(Box<Repr>);
+
+/// Debug prints the message, so `fn main() -> ccl::Result<()>` reports
+/// errors readably.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
 
 /// Boxed so that `Result<T>` stays small on the hot path.
 #[derive(Debug, Clone, PartialEq)]

@@ -22,6 +22,7 @@ pub(crate) trait Pending: Send {
     fn done(&self) -> bool;
     fn uses(&self) -> &[usize];
     fn waiting(&self) -> String;
+    fn blocked_on(&self) -> Vec<usize>;
     /// Runs once when done: the finishing pass, then handing buffers back.
     fn complete(&mut self);
 }
@@ -46,6 +47,9 @@ impl<T: Reduce, O: ReduceOp<T>> Pending for CallOp<T, O> {
     }
     fn waiting(&self) -> String {
         self.exec.waiting()
+    }
+    fn blocked_on(&self) -> Vec<usize> {
+        self.exec.blocked_on()
     }
     fn complete(&mut self) {
         if let Some(n) = self.finish_ranks {
@@ -168,14 +172,16 @@ impl Engine {
                 return r;
             }
             let seen = self.conns.bell().seq();
-            if let Err(e) = self.conns.check_alive() {
-                if !self.queue.is_empty() {
-                    self.fail(0, e);
-                }
-                continue;
-            }
             if self.progress() {
                 backoff.reset();
+                continue;
+            }
+            // stuck: is someone we wait on gone? (then one more pass, in case
+            // it posted its last data just before leaving)
+            if let Err(e) = self.check_peers() {
+                if !self.progress() && !self.queue.is_empty() {
+                    self.fail(0, e);
+                }
                 continue;
             }
             let Some(i) = self.queue.iter().position(|e| e.id == id) else {
@@ -195,14 +201,21 @@ impl Engine {
         }
     }
 
+    fn check_peers(&self) -> Result<()> {
+        let mut peers: Vec<usize> = self.queue.iter().flat_map(|e| e.op.blocked_on()).collect();
+        peers.sort_unstable();
+        peers.dedup();
+        self.conns.check_alive(&peers)
+    }
+
     /// Advances once; the result of `id` if it has finished.
     pub fn test(&mut self, id: u64) -> Option<Result<()>> {
-        if let Err(e) = self.conns.check_alive() {
-            if !self.queue.is_empty() {
-                self.fail(0, e);
+        if !self.progress() {
+            if let Err(e) = self.check_peers() {
+                if !self.progress() && !self.queue.is_empty() {
+                    self.fail(0, e);
+                }
             }
-        } else {
-            self.progress();
         }
         self.results.remove(&id)
     }

@@ -107,8 +107,15 @@ impl Conns {
         self.reg.bell()
     }
 
-    /// Whether the transports are still up.
-    pub fn check_alive(&self) -> Result<()> {
-        self.reg.check_alive()
+    /// Whether the transports are up and the group ranks `peers` alive.
+    pub fn check_alive(&self, peers: &[usize]) -> Result<()> {
+        let eps: Vec<usize> = peers.iter().filter_map(|&r| self.endpoints.get(r).copied()).collect();
+        self.reg.check_alive(&eps).map_err(|e| match e.kind() {
+            crate::ErrorKind::PeerLost { rank, .. } => {
+                let group_rank = self.endpoints.iter().position(|ep| ep == rank).unwrap_or(*rank);
+                e.with_peer(group_rank)
+            }
+            _ => e,
+        })
     }
 }

@@ -113,6 +113,21 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         O::finish(dst, nranks);
     }
 
+    /// The ranks the unfinished channels are waiting on.
+    pub fn blocked_on(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .pcs
+            .iter()
+            .enumerate()
+            .filter_map(|(c, &(i, _))| self.sched.channels[c].get(i))
+            .flat_map(|st| [st.recv_peer(), st.send_peer()])
+            .flatten()
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// What the unfinished channels wait for, for timeout messages.
     pub fn waiting(&self) -> String {
         let mut w = Vec::new();

@@ -99,7 +99,7 @@ impl Transport for LocalEndpoint {
         &self.fabric.bells[self.me]
     }
 
-    fn check_alive(&self) -> Result<()> {
+    fn check_alive(&self, _peers: &[usize]) -> Result<()> {
         if self.fabric.down.load(Ordering::SeqCst) {
             let why = self.fabric.why.lock().map(|w| w.clone()).unwrap_or_default();
             return Err(Error::transport(format!("the job is shutting down: {why}")));

@@ -47,8 +47,9 @@ pub trait Transport: Send + Sync {
     /// The doorbell this endpoint sleeps on; peers ring it when they post
     /// to it or free a slot of its.
     fn bell(&self) -> &Doorbell;
-    /// `Err` once the job is going down (a peer failed): waits end with it.
-    fn check_alive(&self) -> Result<()>;
+    /// `Err` if the job is going down or one of `peers` (endpoints this
+    /// rank is stuck waiting on) is gone: waits end with it.
+    fn check_alive(&self, peers: &[usize]) -> Result<()>;
 }
 
 /// The sending end of a connection.
@@ -161,8 +162,8 @@ impl Registry {
         self.list[0].bell()
     }
 
-    /// Whether every transport is still up.
-    pub fn check_alive(&self) -> Result<()> {
-        self.list.iter().try_for_each(|t| t.check_alive())
+    /// Whether every transport is up and `peers` (endpoints) are alive.
+    pub fn check_alive(&self, peers: &[usize]) -> Result<()> {
+        self.list.iter().try_for_each(|t| t.check_alive(peers))
     }
 }

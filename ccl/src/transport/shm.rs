@@ -228,13 +228,14 @@ impl Transport for Shm {
         self.bell.as_ref().as_ref()
     }
 
-    fn check_alive(&self) -> Result<()> {
+    fn check_alive(&self, peers: &[usize]) -> Result<()> {
         let Ok(mut last) = self.last_check.lock() else { return Ok(()) };
         if last.elapsed() < LIVENESS_EVERY {
             return Ok(());
         }
         *last = Instant::now();
-        for (rank, (&pid, host)) in self.pids.iter().zip(&self.hosts).enumerate() {
+        for &rank in peers {
+            let (Some(&pid), Some(host)) = (self.pids.get(rank), self.hosts.get(rank)) else { continue };
             if rank == self.me || Some(host) != self.hosts.get(self.me) {
                 continue;
             }

@@ -1,0 +1,124 @@
+//! Hostfiles and `-H` lists.
+//!
+//! Open MPI syntax, one host per line: `host [slots=N] [max_slots=M]`;
+//! MPICH's `host:N` is accepted too; `#` starts a comment; blank lines are
+//! ignored. Errors name the file and line.
+
+use std::fmt;
+
+/// One host and how many ranks it takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostSlots {
+    /// Host name or address.
+    pub name: String,
+    /// Ranks it takes before it counts as full.
+    pub slots: usize,
+    /// Ranks it may take at most, even when oversubscribing.
+    pub max_slots: Option<usize>,
+}
+
+/// A hostfile problem, with where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    /// `file:line` or `-H`.
+    pub at: String,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.at, self.what)
+    }
+}
+
+fn number(v: &str, what: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(0) => Err(format!("{what} must be at least 1")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{what}={v:?} is not a number")),
+    }
+}
+
+/// Parses one non-comment entry.
+fn entry(text: &str) -> Result<HostSlots, String> {
+    let mut words = text.split_whitespace();
+    let first = words.next().ok_or("empty entry")?;
+    let (name, mut slots) = match first.rsplit_once(':') {
+        // MPICH host:N (but not a bare IPv6 address)
+        Some((h, n)) if !h.contains(':') => (h.to_string(), Some(number(n, "slots")?)),
+        _ => (first.to_string(), None),
+    };
+    let mut max_slots = None;
+    for w in words {
+        match w.split_once('=') {
+            Some(("slots", v)) => slots = Some(number(v, "slots")?),
+            Some(("max_slots" | "max-slots", v)) => max_slots = Some(number(v, "max_slots")?),
+            _ => return Err(format!("unknown field {w:?} (expected slots=N or max_slots=M)")),
+        }
+    }
+    let slots = slots.unwrap_or(1);
+    if max_slots.is_some_and(|m| m < slots) {
+        return Err("max_slots is smaller than slots".into());
+    }
+    Ok(HostSlots { name, slots, max_slots })
+}
+
+/// Parses a hostfile's text; `file` names it in errors. Duplicate hosts are
+/// an error (Open MPI would merge them silently).
+pub fn parse(text: &str, file: &str) -> Result<Vec<HostSlots>, ParseError> {
+    let mut hosts: Vec<HostSlots> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let at = || format!("{file}:{}", i + 1);
+        let body = line.split('#').next().unwrap_or("").trim();
+        if body.is_empty() {
+            continue;
+        }
+        let h = entry(body).map_err(|what| ParseError { at: at(), what })?;
+        if hosts.iter().any(|o| o.name == h.name) {
+            return Err(ParseError { at: at(), what: format!("host {} is listed twice", h.name) });
+        }
+        hosts.push(h);
+    }
+    if hosts.is_empty() {
+        return Err(ParseError { at: file.to_string(), what: "no hosts".into() });
+    }
+    Ok(hosts)
+}
+
+/// Parses `-H host[:slots],host[:slots],...`.
+pub fn parse_list(list: &str) -> Result<Vec<HostSlots>, ParseError> {
+    parse(&list.split(',').collect::<Vec<_>>().join("\n"), "-H")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_mpi_and_mpich_forms() {
+        let h =
+            parse("# cluster\nnode1 slots=4 max_slots=8\n\nnode2:2   # mpich\nnode3\n[::1]\n", "hosts").expect("ok");
+        assert_eq!(h[0], HostSlots { name: "node1".into(), slots: 4, max_slots: Some(8) });
+        assert_eq!(h[1], HostSlots { name: "node2".into(), slots: 2, max_slots: None });
+        assert_eq!(h[2].slots, 1);
+        assert_eq!(h[3].name, "[::1]");
+        assert_eq!(parse_list("a:2,b").expect("list").len(), 2);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let cases = [
+            ("a slots=x", "hosts:1: slots=\"x\" is not a number"),
+            ("a\nb slots=0", "hosts:2: slots must be at least 1"),
+            ("a\n\nb colour=red", "hosts:3: unknown field \"colour=red\" (expected slots=N or max_slots=M)"),
+            ("a slots=4 max_slots=2", "hosts:1: max_slots is smaller than slots"),
+            ("a\na:2", "hosts:2: host a is listed twice"),
+            ("# nothing\n", "hosts: no hosts"),
+            ("a:b", "hosts:1: slots=\"b\" is not a number"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse(text, "hosts").expect_err(text).to_string(), want);
+        }
+    }
+}
