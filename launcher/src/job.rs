@@ -234,9 +234,9 @@ pub fn run(spec: &Spec) -> i32 {
             }
         }
     }
-    if let (Ok(Err(e)), None) = (server.is_finished().then(|| server.join()).unwrap_or(Ok(Ok(Vec::new()))), first_fail)
-    {
-        if forwarded.is_none() && !timed_out {
+    // a rendezvous that failed while no rank did (a rank never joined)
+    if server.is_finished() && first_fail.is_none() && forwarded.is_none() && !timed_out {
+        if let Ok(Err(e)) = server.join() {
             eprintln!("cclrun: {e}");
         }
     }
