@@ -1,6 +1,8 @@
 //! Random data and a straightforward reference for the collective tests.
 #![allow(dead_code)]
 
+pub mod matrix;
+
 use ccl::{Reduce, ReduceOp};
 use half::{bf16, f16};
 use rand::rngs::StdRng;

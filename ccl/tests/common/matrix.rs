@@ -1,0 +1,170 @@
+//! The collective matrix every rank runs: all collectives × 15 type and
+//! operator pairs × several counts, checked against a sequential
+//! reference. Shared by the thread tests (ccl/tests/collectives.rs) and
+//! the process tests (integration/, through cclrun).
+
+use super::{compare, input, reference, Elem};
+use ccl::{Avg, BitXor, Group, Max, Min, Prod, Reduce, ReduceOp, Sum};
+use half::{bf16, f16};
+use rand::rngs::StdRng;
+
+#[derive(Clone, Copy, Debug, PartialEq, Reduce)]
+pub struct Moments {
+    pub n: u64,
+    pub sum: f64,
+    #[reduce(max)]
+    pub peak: f32,
+}
+
+impl Elem for Moments {
+    fn draw(rng: &mut StdRng, small: bool) -> Self {
+        Moments { n: u64::draw(rng, true), sum: f64::draw(rng, small), peak: f32::draw(rng, false) }
+    }
+    fn close(a: Self, b: Self, n: usize) -> bool {
+        a.n == b.n && f64::close(a.sum, b.sum, n) && a.peak == b.peak
+    }
+}
+
+/// Counts every call is made with.
+pub const COUNTS: [usize; 4] = [0, 1, 13, 700];
+
+/// A check's outcome: what differed, if anything.
+pub type Check = Result<(), String>;
+
+fn err(e: ccl::Error) -> String {
+    e.to_string()
+}
+
+/// The reducing collectives for one type and operator.
+fn reductions<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, count: usize, small: bool) -> Check {
+    let comm = g.typed::<T>();
+    let (n, r) = (g.size(), g.rank());
+    let mut next = || {
+        *call += 1;
+        *call
+    };
+    let what = |s: &str| format!("{s}<{}, {}> count {count}", T::NAME, O::NAME);
+
+    let c = next();
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, count, small)).collect();
+    let want = reference::<T, O>(&ins);
+    let mut buf = ins[r].clone();
+    comm.all_reduce(&mut buf, O::default()).map_err(err)?;
+    compare(&what("all_reduce"), &buf, &want, n)?;
+    let mut out = vec![T::zeroed(); count];
+    comm.all_reduce_into(&ins[r], &mut out, O::default()).map_err(err)?;
+    compare(&what("all_reduce_into"), &out, &want, n)?;
+    let got = comm.iall_reduce(ins[r].clone(), O::default()).wait().map_err(err)?;
+    compare(&what("iall_reduce"), &got, &want, n)?;
+
+    let root = (c as usize) % n;
+    let mut buf = ins[r].clone();
+    comm.reduce(&mut buf, O::default(), root).map_err(err)?;
+    compare(&what("reduce"), &buf, if r == root { &want } else { &ins[r] }, n)?;
+    let mut out = vec![T::zeroed(); if r == root { count } else { 0 }];
+    comm.reduce_into(&ins[r], &mut out, O::default(), root).map_err(err)?;
+    if r == root {
+        compare(&what("reduce_into"), &out, &want, n)?;
+    }
+
+    let c = next();
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, n * count, small)).collect();
+    let want = reference::<T, O>(&ins);
+    let mine = &want[r * count..(r + 1) * count];
+    let mut out = vec![T::zeroed(); count];
+    comm.reduce_scatter(&ins[r], &mut out, O::default()).map_err(err)?;
+    compare(&what("reduce_scatter"), &out, mine, n)?;
+    let mut buf = ins[r].clone();
+    comm.reduce_scatter_in_place(&mut buf, O::default()).map_err(err)?;
+    compare(&what("reduce_scatter_in_place"), &buf[r * count..(r + 1) * count], mine, n)?;
+    let got = comm.ireduce_scatter(ins[r].clone(), O::default()).wait().map_err(err)?;
+    compare(&what("ireduce_scatter"), &got, mine, n)
+}
+
+/// Broadcast, gathers, all-to-all and point-to-point for one type.
+fn movements<T: Elem>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Check {
+    let comm = g.typed::<T>();
+    let (n, r) = (g.size(), g.rank());
+    *call += 1;
+    let c = *call;
+    let what = |s: &str| format!("{s}<{}> count {count}", T::NAME);
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, count, false)).collect();
+
+    let root = (c as usize + 1) % n;
+    let mut buf = if r == root { ins[r].clone() } else { vec![T::zeroed(); count] };
+    comm.broadcast(&mut buf, root).map_err(err)?;
+    compare(&what("broadcast"), &buf, &ins[root], n)?;
+    let mut out = vec![T::zeroed(); count];
+    let send = if r == root { ins[r].clone() } else { Vec::new() };
+    comm.broadcast_into(&send, &mut out, root).map_err(err)?;
+    compare(&what("broadcast_into"), &out, &ins[root], n)?;
+    let got = comm.ibroadcast(buf.clone(), root).wait().map_err(err)?;
+    compare(&what("ibroadcast"), &got, &ins[root], n)?;
+
+    let all: Vec<T> = ins.concat();
+    let mut out = vec![T::zeroed(); n * count];
+    comm.all_gather(&ins[r], &mut out).map_err(err)?;
+    compare(&what("all_gather"), &out, &all, n)?;
+    let mut buf = vec![T::zeroed(); n * count];
+    buf[r * count..(r + 1) * count].copy_from_slice(&ins[r]);
+    comm.all_gather_in_place(&mut buf).map_err(err)?;
+    compare(&what("all_gather_in_place"), &buf, &all, n)?;
+    let got = comm.iall_gather(ins[r].clone()).wait().map_err(err)?;
+    compare(&what("iall_gather"), &got, &all, n)?;
+
+    // all-to-all: rank s sends block d of its input to rank d
+    let a2a: Vec<Vec<T>> = (0..n).map(|k| input(seed, c + 1_000_000, k, n * count, false)).collect();
+    let want: Vec<T> = (0..n).flat_map(|s| a2a[s][r * count..(r + 1) * count].to_vec()).collect();
+    let mut out = vec![T::zeroed(); n * count];
+    comm.all_to_all(&a2a[r], &mut out).map_err(err)?;
+    compare(&what("all_to_all"), &out, &want, n)?;
+    let mut buf = a2a[r].clone();
+    comm.all_to_all_in_place(&mut buf).map_err(err)?;
+    compare(&what("all_to_all_in_place"), &buf, &want, n)?;
+    let got = comm.iall_to_all(a2a[r].clone()).wait().map_err(err)?;
+    compare(&what("iall_to_all"), &got, &want, n)?;
+
+    // point to point around the ring: send right, receive from the left
+    if n > 1 {
+        let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+        let req = comm.isend(ins[r].clone(), right);
+        let mut got = vec![T::zeroed(); count];
+        comm.recv(&mut got, left).map_err(err)?;
+        req.wait().map_err(err)?;
+        compare(&what("send/recv"), &got, &ins[left], n)?;
+        if r.is_multiple_of(2) {
+            comm.send(&ins[r], right).map_err(err)?;
+            let got = comm.irecv(vec![T::zeroed(); count], left).wait().map_err(err)?;
+            compare(&what("isend/irecv"), &got, &ins[left], n)?;
+        } else {
+            let got = comm.irecv(vec![T::zeroed(); count], left).wait().map_err(err)?;
+            comm.send(&ins[r], right).map_err(err)?;
+            compare(&what("isend/irecv"), &got, &ins[left], n)?;
+        }
+    }
+    g.barrier().map_err(err)?;
+    g.ibarrier().wait().map_err(err)
+}
+
+/// Runs the whole matrix on this rank.
+pub fn everything(g: &Group, seed: u64) -> Check {
+    let mut call = 0;
+    for count in COUNTS {
+        reductions::<f32, Sum>(g, seed, &mut call, count, true)?;
+        reductions::<f32, Sum>(g, seed, &mut call, count, false)?;
+        reductions::<f64, Min>(g, seed, &mut call, count, false)?;
+        reductions::<i32, Prod>(g, seed, &mut call, count, true)?;
+        reductions::<u8, Sum>(g, seed, &mut call, count, false)?;
+        reductions::<bf16, Sum>(g, seed, &mut call, count, true)?;
+        reductions::<f16, Max>(g, seed, &mut call, count, false)?;
+        reductions::<i64, BitXor>(g, seed, &mut call, count, false)?;
+        reductions::<f64, Avg>(g, seed, &mut call, count, false)?;
+        reductions::<i16, Avg>(g, seed, &mut call, count, true)?;
+        reductions::<Moments, Sum>(g, seed, &mut call, count, true)?;
+        reductions::<Moments, Min>(g, seed, &mut call, count, true)?;
+        movements::<f32>(g, seed, &mut call, count)?;
+        movements::<u16>(g, seed, &mut call, count)?;
+        movements::<Moments>(g, seed, &mut call, count)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,47 @@
+//! Ranks that fail on purpose, for the fault tests.
+//!
+//! `fault exit R C`: after one all-reduce, rank R exits with code C; the
+//! others try another and report what they get. `fault kill R`: all-reduce
+//! in a loop; rank R SIGKILLs itself on the 5th iteration. `fault hang`:
+//! print the pid, then sleep (for signal tests).
+
+use ccl::Sum;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).and_then(|s| s.parse::<usize>().ok()).unwrap_or(0);
+    let g = ccl::init().unwrap_or_else(|e| {
+        eprintln!("init: {e}");
+        std::process::exit(2)
+    });
+    let comm = g.typed::<f32>();
+    let mut buf = vec![1.0f32; 1 << 18];
+    let report = |e: ccl::Error| -> ! {
+        eprintln!("rank {} error: {e}", g.rank());
+        std::process::exit(1)
+    };
+    match args.first().map(String::as_str) {
+        Some("exit") => {
+            comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            if g.rank() == arg(1) {
+                std::process::exit(arg(2) as i32);
+            }
+            comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+        }
+        Some("kill") => {
+            for it in 0..10_000 {
+                if it == 5 && g.rank() == arg(1) {
+                    // SAFETY: signalling our own process.
+                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                }
+                comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            }
+        }
+        Some("hang") => {
+            println!("pid {}", std::process::id());
+            std::thread::sleep(std::time::Duration::from_secs(600));
+        }
+        _ => eprintln!("usage: fault exit R C | kill R | hang"),
+    }
+}

@@ -1,0 +1,173 @@
+//! cclrun on this host: the collective matrix as processes over shared
+//! memory, failures, signals, and bad command lines.
+
+use ccl_integration::cclrun;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const MATRIX: &str = env!("CARGO_BIN_EXE_coll_matrix");
+const FAULT: &str = env!("CARGO_BIN_EXE_fault");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(cclrun()).args(args).output().expect("start cclrun")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+fn matrix(np: &str, extra: &[&str]) {
+    let mut args = vec!["-np", np, "-x", "CCL_BUFFSIZE=4096", "-x", "CCL_TIMEOUT=120"];
+    args.extend_from_slice(extra);
+    args.push(MATRIX);
+    let o = run(&args);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "np {np} {extra:?}: {err}");
+    assert_eq!(out.matches("all collectives correct").count(), np.parse::<usize>().unwrap_or(0), "{out}");
+}
+
+#[test]
+fn matrix_over_shm_2_3_4_ranks() {
+    for np in ["2", "3", "4"] {
+        matrix(np, &[]);
+    }
+}
+
+#[test]
+fn matrix_over_shm_every_algorithm() {
+    for algo in ["ring", "tree", "rd", "rhd", "ring-ring", "tree-ring"] {
+        matrix("3", &["-x", &format!("CCL_ALGO={algo}")]);
+    }
+}
+
+#[test]
+fn a_failing_rank_sets_the_exit_code_and_names_itself() {
+    let o = run(&["-np", "3", FAULT, "exit", "1", "3"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("cclrun: rank 1 (pid"), "{err}");
+    assert!(err.contains("exited with code 3"), "{err}");
+    assert!(err.contains("lost rank 1"), "survivors name the lost peer: {err}");
+}
+
+#[test]
+fn a_rank_killed_mid_all_reduce_ends_the_job_with_137() {
+    let t = Instant::now();
+    let o = run(&["-np", "3", FAULT, "kill", "2"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(137), "{err}");
+    assert!(err.contains("rank 2") && err.contains("SIGKILL"), "{err}");
+    assert_eq!(err.matches("lost rank 2").count(), 2, "both survivors report it: {err}");
+    assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// Starts `fault hang` on 2 ranks; returns cclrun and the ranks' pids.
+fn hanging_job() -> (std::process::Child, Vec<i32>) {
+    let mut c = Command::new(cclrun())
+        .args(["-np", "2", FAULT, "hang"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let mut out = std::io::BufReader::new(c.stdout.take().expect("stdout"));
+    let mut pids = Vec::new();
+    while pids.len() < 2 {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut out, &mut line).expect("read") == 0 {
+            break;
+        }
+        if let Some(p) = line.trim().strip_prefix("pid ") {
+            pids.push(p.parse().expect("pid"));
+        }
+    }
+    assert_eq!(pids.len(), 2);
+    (c, pids)
+}
+
+fn gone_soon(pids: &[i32]) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if pids.iter().all(|&p| !alive(p)) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn ctrl_c_reaches_every_rank() {
+    let (mut c, pids) = hanging_job();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+    let st = c.wait().expect("wait");
+    assert_eq!(st.code(), Some(130));
+    assert!(gone_soon(&pids));
+}
+
+#[test]
+fn ranks_do_not_outlive_a_killed_cclrun() {
+    let (mut c, pids) = hanging_job();
+    c.kill().expect("SIGKILL cclrun");
+    let _ = c.wait();
+    assert!(gone_soon(&pids), "ranks {pids:?} outlived cclrun");
+}
+
+#[test]
+fn a_missing_or_non_executable_program_exits_127() {
+    let o = run(&["-np", "2", "/no/such/program"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert_eq!(text(&o).1.trim(), "cclrun: /no/such/program: no such file");
+    let o = run(&["-np", "2", "no-such-command-anywhere"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(text(&o).1.contains("command not found"));
+    let plain = std::env::temp_dir().join(format!("cclrun-plain-{}", std::process::id()));
+    std::fs::write(&plain, "not a program").expect("write");
+    let o = run(&["-np", "1", plain.to_str().unwrap_or("")]);
+    let _ = std::fs::remove_file(&plain);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(text(&o).1.contains("not an executable file"), "{}", text(&o).1);
+}
+
+#[test]
+fn bad_hostfiles_and_slot_counts_are_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("cclrun-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let hf = dir.join("hosts");
+    std::fs::write(&hf, "localhost slots=2\nlocalhost:3\n").expect("write");
+    let o = run(&["-np", "2", "--hostfile", hf.to_str().unwrap_or(""), "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("hosts:2: host localhost is listed twice"), "{}", text(&o).1);
+    std::fs::write(&hf, "localhost slots=2\n").expect("write");
+    let o = run(&["-np", "3", "--hostfile", hf.to_str().unwrap_or(""), "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("--oversubscribe"));
+    let o = run(&["-np", "3", "--oversubscribe", "--hostfile", hf.to_str().unwrap_or(""), "true"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = run(&["-np", "2", "-H", "elsewhere:2", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("host elsewhere"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn tag_output_and_exported_variables() {
+    let o =
+        run(&["-np", "3", "--tag-output", "-x", "GREETING=hi", "sh", "-c", "echo $GREETING $CCL_RANK $CCL_LOCAL_SIZE"]);
+    assert!(o.status.success());
+    let mut lines: Vec<String> = text(&o).0.lines().map(String::from).collect();
+    lines.sort();
+    assert_eq!(lines, vec!["[0] hi 0 3", "[1] hi 1 3", "[2] hi 2 3"]);
+}
+
+#[test]
+fn job_timeout_ends_everything_with_124() {
+    let o = run(&["-np", "2", "--timeout", "1", FAULT, "hang"]);
+    assert_eq!(o.status.code(), Some(124));
+    assert!(text(&o).1.contains("timed out"));
+}
