@@ -1,9 +1,10 @@
-//! Every example binary runs and succeeds.
+//! Every example binary runs and succeeds as a lone process (a world of
+//! one); integration/tests/examples.rs runs them through cclrun at np 2..4.
 
 use std::process::Command;
 
 fn run(bin: &str, args: &[&str]) -> String {
-    let out = Command::new(bin).args(args).output().expect("start example");
+    let out = Command::new(bin).args(args).env_remove("CCL_RANK").output().expect("start example");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{bin} failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     stdout
@@ -18,11 +19,10 @@ fn bench_threads_checks_every_size() {
 }
 
 #[test]
-fn custom_op() {
+fn lone_examples() {
+    assert!(run(env!("CARGO_BIN_EXE_hello"), &[]).contains("rank 0 of 1"));
     run(env!("CARGO_BIN_EXE_custom_op"), &[]);
-}
-
-#[test]
-fn train_step() {
-    run(env!("CARGO_BIN_EXE_train_step"), &[]);
+    assert!(run(env!("CARGO_BIN_EXE_train_step"), &[]).contains("identical on all 1 ranks: true"));
+    let perf = run(env!("CARGO_BIN_EXE_ccl-perf"), &["-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1"]);
+    assert!(perf.contains("# Out of bounds values : 0 OK"), "{perf}");
 }

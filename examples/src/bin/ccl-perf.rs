@@ -1,0 +1,416 @@
+//! ccl-perf: the nccl-tests benchmark for ccl.
+//!
+//! `cclrun -np 4 target/release/ccl-perf -b 8 -e 64M -f 4` prints, per size,
+//! out-of-place and in-place time, algorithm bandwidth (size / time) and
+//! bus bandwidth (algbw × nccl-tests' factor: 2(n-1)/n for all-reduce,
+//! (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for broadcast
+//! and reduce), and #wrong: elements that differ from the exactly
+//! predictable result of a checked call. Times are the slowest rank's.
+
+use ccl::{Avg, Communicator, Group, Max, Min, Prod, Reduce, ReduceOp, Sum};
+use clap::Parser;
+use half::{bf16, f16};
+use std::time::Instant;
+
+#[derive(Parser, Debug)]
+#[command(name = "ccl-perf", about = "nccl-tests style benchmark of ccl collectives")]
+struct Args {
+    /// Collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all
+    #[arg(short = 'C', long = "coll", default_value = "all_reduce")]
+    coll: String,
+    /// Smallest size in bytes (K, M, G suffixes)
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = bytes)]
+    min: usize,
+    /// Largest size in bytes
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = bytes)]
+    max: usize,
+    /// Multiply the size by this much each step
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    factor: usize,
+    /// Timed iterations per size
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    iters: usize,
+    /// Untimed iterations first
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    warmup: usize,
+    /// Check results (1) or not (0)
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    check: u8,
+    /// Operator: sum, prod, min, max, avg
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    op: String,
+    /// Type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    dtype: String,
+    /// Root of broadcast and reduce
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    root: usize,
+    /// Force an algorithm (as CCL_ALGO)
+    #[arg(long)]
+    algo: Option<String>,
+    /// Also write the results as JSON to this file (rank 0)
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+fn bytes(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (n, m) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&s[..s.len() - 1], 1usize << 10),
+        Some('M') => (&s[..s.len() - 1], 1 << 20),
+        Some('G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    n.parse::<usize>().map(|v| v * m).map_err(|_| format!("{s:?} is not a size"))
+}
+
+/// Element types the benchmark can fill with exactly reducible values.
+trait Elem: Reduce + PartialEq {
+    fn of(v: i64) -> Self;
+    fn name() -> &'static str;
+}
+
+macro_rules! elem {
+    ($($t:ty => $n:literal, |$v:ident| $e:expr);* $(;)?) => {$(
+        impl Elem for $t {
+            fn of($v: i64) -> Self { $e }
+            fn name() -> &'static str { $n }
+        }
+    )*};
+}
+
+elem! {
+    f32 => "float", |v| v as f32;
+    f64 => "double", |v| v as f64;
+    f16 => "half", |v| f16::from_f32(v as f32);
+    bf16 => "bfloat16", |v| bf16::from_f32(v as f32);
+    i8 => "int8", |v| v as i8;
+    u8 => "uint8", |v| v as u8;
+    i32 => "int32", |v| v as i32;
+    u32 => "uint32", |v| v as u32;
+    i64 => "int64", |v| v;
+    u64 => "uint64", |v| v as u64;
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Coll {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+    Reduce,
+    AllToAll,
+}
+
+impl Coll {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s.replace('-', "_").as_str() {
+            "all_reduce" | "allreduce" => Coll::AllReduce,
+            "all_gather" | "allgather" => Coll::AllGather,
+            "reduce_scatter" | "reducescatter" => Coll::ReduceScatter,
+            "broadcast" | "bcast" => Coll::Broadcast,
+            "reduce" => Coll::Reduce,
+            "all_to_all" | "alltoall" => Coll::AllToAll,
+            _ => return None,
+        })
+    }
+    fn name(self) -> &'static str {
+        ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"][self as usize]
+    }
+    fn busbw_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Coll::AllReduce => 2.0 * (n - 1.0) / n,
+            Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => (n - 1.0) / n,
+            Coll::Broadcast | Coll::Reduce => 1.0,
+        }
+    }
+    fn reduces(self) -> bool {
+        matches!(self, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce)
+    }
+    fn rooted(self) -> bool {
+        matches!(self, Coll::Broadcast | Coll::Reduce)
+    }
+}
+
+/// Rank `r`'s value at input position `i`: small integers (1 or 2 for
+/// products), so every reduction is exact in every type and order.
+fn value<T: Elem>(r: usize, i: usize, prod: bool) -> T {
+    if prod {
+        T::of(1 + ((r + i) % 2) as i64)
+    } else {
+        T::of(((r * 7 + i * 13) % 11) as i64)
+    }
+}
+
+struct Mode {
+    time_us: f64,
+    algbw: f64,
+    busbw: f64,
+    wrong: u64,
+}
+
+struct Bench<'a, T: Elem, O: ReduceOp<T>> {
+    comm: Communicator<T>,
+    g: &'a Group,
+    a: &'a Args,
+    coll: Coll,
+    op: O,
+}
+
+impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
+    /// Input and output lengths for `count` (elements per rank's block).
+    fn lens(&self, count: usize) -> (usize, usize) {
+        let n = self.g.size();
+        match self.coll {
+            Coll::AllReduce | Coll::Broadcast | Coll::Reduce => (count, count),
+            Coll::AllGather => (count, n * count),
+            Coll::ReduceScatter => (n * count, count),
+            Coll::AllToAll => (n * count, n * count),
+        }
+    }
+
+    fn call(&self, input: &[T], output: &mut [T], in_place: bool) -> ccl::Result<()> {
+        let (c, root, op) = (&self.comm, self.a.root, self.op);
+        match (self.coll, in_place) {
+            (Coll::AllReduce, false) => c.all_reduce_into(input, output, op),
+            (Coll::AllReduce, true) => c.all_reduce(output, op),
+            (Coll::AllGather, false) => c.all_gather(input, output),
+            (Coll::AllGather, true) => c.all_gather_in_place(output),
+            (Coll::ReduceScatter, false) => c.reduce_scatter(input, output, op),
+            (Coll::ReduceScatter, true) => c.reduce_scatter_in_place(output, op),
+            (Coll::Broadcast, false) => c.broadcast_into(input, output, root),
+            (Coll::Broadcast, true) => c.broadcast(output, root),
+            (Coll::Reduce, false) => c.reduce_into(input, output, op, root),
+            (Coll::Reduce, true) => c.reduce(output, op, root),
+            (Coll::AllToAll, false) => c.all_to_all(input, output),
+            (Coll::AllToAll, true) => c.all_to_all_in_place(output),
+        }
+    }
+
+    /// Fills the buffers for a checked call; the in-place buffer is laid out
+    /// as the in-place form expects.
+    fn fill(&self, count: usize, input: &mut [T], output: &mut [T], in_place: bool) {
+        let (r, prod) = (self.g.rank(), O::NAME == "prod");
+        for (i, x) in input.iter_mut().enumerate() {
+            *x = value(r, i, prod);
+        }
+        output.iter_mut().for_each(|x| *x = T::zeroed());
+        if in_place {
+            let off = if self.coll == Coll::AllGather { r * count } else { 0 };
+            let n = input.len().min(output.len() - off);
+            output[off..off + n].copy_from_slice(&input[..n]);
+        }
+    }
+
+    /// Elements of this rank's result that differ from the prediction.
+    fn wrong(&self, count: usize, out: &[T], in_place: bool) -> u64 {
+        let (n, r, root, prod) = (self.g.size(), self.g.rank(), self.a.root, O::NAME == "prod");
+        let fold = |i: usize| {
+            let mut acc = value::<T>(0, i, prod);
+            for s in 1..n {
+                acc = O::combine(acc, value(s, i, prod));
+            }
+            let mut one = [acc];
+            O::finish(&mut one, n);
+            one[0]
+        };
+        let want = |q: usize| -> Option<T> {
+            Some(match self.coll {
+                Coll::AllReduce => fold(q),
+                Coll::Reduce if r == root => fold(q),
+                Coll::Reduce => return None,
+                Coll::Broadcast => value(root, q, prod),
+                Coll::AllGather => value(q / count.max(1), q % count.max(1), prod),
+                Coll::ReduceScatter if in_place => {
+                    if q / count.max(1) != r {
+                        return None;
+                    }
+                    fold(q)
+                }
+                Coll::ReduceScatter => fold(r * count + q),
+                Coll::AllToAll => value(q / count.max(1), r * count + q % count.max(1), prod),
+            })
+        };
+        out.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64
+    }
+
+    fn mode(&self, count: usize, bytes: usize, in_place: bool) -> ccl::Result<Mode> {
+        let (li, lo) = self.lens(count);
+        let mut input = vec![T::zeroed(); li];
+        let mut output = vec![T::zeroed(); if in_place { li.max(lo) } else { lo }];
+        let mut wrong = 0;
+        if self.a.check != 0 {
+            self.fill(count, &mut input, &mut output, in_place);
+            self.call(&input, &mut output, in_place)?;
+            wrong = self.wrong(count, &output, in_place);
+        }
+        for _ in 0..self.a.warmup {
+            self.call(&input, &mut output, in_place)?;
+        }
+        self.g.barrier()?;
+        let t = Instant::now();
+        for _ in 0..self.a.iters.max(1) {
+            self.call(&input, &mut output, in_place)?;
+        }
+        let mut secs = [t.elapsed().as_secs_f64() / self.a.iters.max(1) as f64];
+        self.g.typed::<f64>().all_reduce(&mut secs, Max)?;
+        let mut w = [wrong];
+        self.g.typed::<u64>().all_reduce(&mut w, Sum)?;
+        let algbw = bytes as f64 / secs[0] / 1e9;
+        Ok(Mode { time_us: secs[0] * 1e6, algbw, busbw: algbw * self.coll.busbw_factor(self.g.size()), wrong: w[0] })
+    }
+
+    fn sweep(&self) -> ccl::Result<Vec<serde_json::Value>> {
+        let n = self.g.size();
+        let elem = std::mem::size_of::<T>();
+        let unit = elem * if matches!(self.coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
+        let me = self.g.rank() == 0;
+        let root = if self.coll.rooted() { self.a.root as i64 } else { -1 };
+        let redop = if self.coll.reduces() { O::NAME } else { "none" };
+        if me {
+            println!("#{:>60}{:>34}", "out-of-place", "in-place");
+            println!(
+                "# {:>10} {:>12} {:>8} {:>6} {:>5} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
+                "size",
+                "count",
+                "type",
+                "redop",
+                "root",
+                "time",
+                "algbw",
+                "busbw",
+                "#wrong",
+                "time",
+                "algbw",
+                "busbw",
+                "#wrong"
+            );
+            println!(
+                "# {:>10} {:>12} {:>31} {:>7} {:>7} {:>16} {:>7} {:>7}",
+                "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "(GB/s)"
+            );
+        }
+        let mut rows = Vec::new();
+        let mut size = self.a.min.max(unit);
+        let (mut bw_sum, mut bw_n, mut wrong_total) = (0.0, 0, 0);
+        while size <= self.a.max.max(unit) {
+            let bytes = size / unit * unit;
+            let count = bytes / unit;
+            let oop = self.mode(count, bytes, false)?;
+            let ip = self.mode(count, bytes, true)?;
+            if me {
+                println!(
+                    "  {:>10} {:>12} {:>8} {:>6} {:>5} {:>9.2} {:>7.2} {:>7.2} {:>6} {:>9.2} {:>7.2} {:>7.2} {:>6}",
+                    bytes,
+                    bytes / elem,
+                    T::name(),
+                    redop,
+                    root,
+                    oop.time_us,
+                    oop.algbw,
+                    oop.busbw,
+                    oop.wrong,
+                    ip.time_us,
+                    ip.algbw,
+                    ip.busbw,
+                    ip.wrong
+                );
+            }
+            bw_sum += oop.busbw + ip.busbw;
+            bw_n += 2;
+            wrong_total += oop.wrong + ip.wrong;
+            let m = |x: &Mode| serde_json::json!({"time_us": x.time_us, "algbw": x.algbw, "busbw": x.busbw, "wrong": x.wrong});
+            rows.push(serde_json::json!({
+                "coll": self.coll.name(), "size": bytes, "count": bytes / elem, "type": T::name(), "redop": redop,
+                "root": root, "ranks": n, "out_of_place": m(&oop), "in_place": m(&ip)
+            }));
+            if self.a.factor < 2 {
+                break;
+            }
+            size = size.saturating_mul(self.a.factor);
+        }
+        if me {
+            println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
+            println!("# Avg bus bandwidth    : {:.4}", bw_sum / bw_n.max(1) as f64);
+        }
+        if wrong_total > 0 {
+            std::process::exit(1);
+        }
+        Ok(rows)
+    }
+}
+
+fn run_op<T: Elem>(g: &Group, a: &Args, coll: Coll) -> ccl::Result<Vec<serde_json::Value>>
+where
+    Sum: ReduceOp<T>,
+    Prod: ReduceOp<T>,
+    Min: ReduceOp<T>,
+    Max: ReduceOp<T>,
+    Avg: ReduceOp<T>,
+{
+    let comm = g.typed::<T>();
+    match a.op.as_str() {
+        "sum" => Bench { comm, g, a, coll, op: Sum }.sweep(),
+        "prod" => Bench { comm, g, a, coll, op: Prod }.sweep(),
+        "min" => Bench { comm, g, a, coll, op: Min }.sweep(),
+        "max" => Bench { comm, g, a, coll, op: Max }.sweep(),
+        "avg" => Bench { comm, g, a, coll, op: Avg }.sweep(),
+        o => Err(ccl::Error::new(ccl::ErrorKind::InvalidArgument(format!("unknown op {o:?}")))),
+    }
+}
+
+fn main() -> ccl::Result<()> {
+    let a = Args::parse();
+    let Some(coll) = Coll::parse(&a.coll) else {
+        eprintln!("ccl-perf: unknown collective {:?}", a.coll);
+        std::process::exit(2);
+    };
+    if let Some(algo) = &a.algo {
+        // before init, while this process has one thread
+        std::env::set_var("CCL_ALGO", algo);
+    }
+    let g = ccl::init()?;
+    if g.rank() == 0 {
+        let hosts = g.hosts().groups().len();
+        println!(
+            "# ccl-perf: {} on {} ranks ({} host{}), {} {}, {} .. {} bytes ×{}, {} iters, {} warmup, algo {}",
+            coll.name(),
+            g.size(),
+            hosts,
+            if hosts == 1 { "" } else { "s" },
+            a.dtype,
+            a.op,
+            a.min,
+            a.max,
+            a.factor,
+            a.iters,
+            a.warmup,
+            a.algo.as_deref().unwrap_or("auto")
+        );
+    }
+    let rows = match a.dtype.as_str() {
+        "float" | "f32" => run_op::<f32>(&g, &a, coll),
+        "double" | "f64" => run_op::<f64>(&g, &a, coll),
+        "half" | "f16" => run_op::<f16>(&g, &a, coll),
+        "bfloat16" | "bf16" => run_op::<bf16>(&g, &a, coll),
+        "int8" => run_op::<i8>(&g, &a, coll),
+        "uint8" => run_op::<u8>(&g, &a, coll),
+        "int32" | "int" => run_op::<i32>(&g, &a, coll),
+        "uint32" => run_op::<u32>(&g, &a, coll),
+        "int64" => run_op::<i64>(&g, &a, coll),
+        "uint64" => run_op::<u64>(&g, &a, coll),
+        t => {
+            eprintln!("ccl-perf: unknown datatype {t:?}");
+            std::process::exit(2);
+        }
+    }?;
+    if let (Some(path), 0) = (&a.json, g.rank()) {
+        let doc = serde_json::json!({ "ranks": g.size(), "results": rows });
+        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default()) {
+            eprintln!("ccl-perf: {}: {e}", path.display());
+            std::process::exit(1);
+        }
+    }
+    Ok(())
+}

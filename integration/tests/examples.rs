@@ -1,0 +1,63 @@
+//! Every example through cclrun at 2, 3 and 4 ranks, and ccl-perf's table.
+
+use ccl_integration::cclrun;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin(name: &str) -> PathBuf {
+    cclrun().with_file_name(name)
+}
+
+fn run(np: usize, name: &str, args: &[&str]) -> String {
+    let o = Command::new(cclrun()).arg("-np").arg(np.to_string()).arg(bin(name)).args(args).output().expect("cclrun");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{name} at np {np}: {out}\n{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+#[test]
+fn examples_at_2_to_4_ranks() {
+    for np in 2..=4 {
+        assert_eq!(run(np, "hello", &[]).matches(&format!("of {np} on")).count(), np);
+        assert_eq!(run(np, "custom_op", &[]).lines().count(), np);
+        let t = run(np, "train_step", &[]);
+        assert_eq!(t.matches(&format!("identical on all {np} ranks: true")).count(), np, "{t}");
+    }
+}
+
+#[test]
+fn ccl_perf_prints_the_nccl_tests_table_with_real_checks() {
+    let json = std::env::temp_dir().join(format!("ccl-perf-{}.json", std::process::id()));
+    for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
+        let out = run(
+            3,
+            "ccl-perf",
+            &[
+                "-C",
+                coll,
+                "-b",
+                "8",
+                "-e",
+                "256K",
+                "-f",
+                "8",
+                "-n",
+                "3",
+                "-w",
+                "1",
+                "-d",
+                "int32",
+                "--json",
+                json.to_str().unwrap_or(""),
+            ],
+        );
+        assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
+        assert!(out.contains("# Avg bus bandwidth"), "{out}");
+        let rows = out.lines().filter(|l| !l.starts_with('#')).count();
+        // 8 B .. 256 KiB by 8 (sizes rounded to whole blocks of 3 ranks)
+        assert!((5..=6).contains(&rows), "{out}");
+        let doc = std::fs::read_to_string(&json).expect("json written");
+        assert!(doc.contains(&format!("\"coll\": \"{coll}\"")), "{doc}");
+    }
+    let _ = std::fs::remove_file(json);
+}
