@@ -75,6 +75,22 @@ impl KnobValue for Option<Algo> {
     }
 }
 
+impl KnobValue for bool {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" | "" => Ok(false),
+            _ => Err("expected 0 or 1".into()),
+        }
+    }
+}
+
+impl KnobValue for String {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        Ok(s.trim().to_string())
+    }
+}
+
 impl KnobValue for LogLevel {
     fn parse_knob(s: &str) -> std::result::Result<Self, String> {
         match s.trim().to_ascii_uppercase().as_str() {
@@ -136,6 +152,12 @@ knobs! {
     timeout: Duration = Duration::from_secs(300), "CCL_TIMEOUT", "300";
     /// What ccl prints to stderr: NONE, WARN, INFO (algorithm choices), TRACE.
     debug: LogLevel = LogLevel::Warn, "CCL_DEBUG", "WARN";
+    /// 1: ranks on one host talk over TCP instead of shared memory.
+    shm_disable: bool = false, "CCL_SHM_DISABLE", "0";
+    /// TCP sockets per connection; messages are spread over them in turn.
+    sockets_per_peer: usize = 2, "CCL_SOCKETS_PER_PEER", "2";
+    /// Network interface whose IPv4 address the TCP transport listens on (empty: the one that reaches cclrun).
+    socket_ifname: String = String::new(), "CCL_SOCKET_IFNAME", "";
 }
 
 impl Config {
@@ -155,6 +177,9 @@ impl Config {
         };
         if self.nchannels == 0 || self.nchannels > 64 {
             return bad("CCL_NCHANNELS", self.nchannels.to_string(), "expected 1..=64");
+        }
+        if self.sockets_per_peer == 0 || self.sockets_per_peer > 64 {
+            return bad("CCL_SOCKETS_PER_PEER", self.sockets_per_peer.to_string(), "expected 1..=64");
         }
         if self.buffsize < NSLOTS * 64 || self.buffsize > 1 << 30 {
             return bad("CCL_BUFFSIZE", self.buffsize.to_string(), "expected 512 bytes ..= 1 GiB");

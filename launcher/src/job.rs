@@ -122,6 +122,7 @@ pub fn run(spec: &Spec) -> i32 {
         }
     };
     let id = rv.id().clone();
+    Shm::sweep_stale();
     let serve_for = spec.timeout.unwrap_or(Duration::from_secs(600));
     let server = std::thread::spawn(move || rv.serve(serve_for));
     let parent = std::process::id() as libc::pid_t;

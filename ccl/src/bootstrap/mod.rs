@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::topo::Hosts;
 use crate::transport::local::Fabric;
 use crate::transport::shm::Shm;
+use crate::transport::tcp::{interface_ipv4, Tcp};
 use crate::transport::{Registry, Transport};
 use std::sync::Arc;
 
@@ -80,12 +81,21 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let job = env.id.job_tag();
     let at = |e: Error| e.at_rank(env.rank);
     let bell = Shm::create_bell(&job, env.rank).map_err(at)?;
-    let me = PeerInfo { rank: env.rank, host: hostid::host_id(), pid: std::process::id(), addr: String::new() };
+    let listener = Tcp::listen(tcp_ip(&config, &env.id).map_err(at)?).map_err(at)?;
+    let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;
+    let me = PeerInfo { rank: env.rank, host: hostid::host_id(), pid: std::process::id(), addr: addr.to_string() };
     let table = join(&env.id, &me, env.size, config.timeout).map_err(at)?;
     let hosts_ids: Vec<String> = table.iter().map(|p| p.host.clone()).collect();
     let pids: Vec<u32> = table.iter().map(|p| p.pid).collect();
-    let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes());
-    let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>])?;
+    let peers = table
+        .iter()
+        .map(|p| p.addr.parse().map_err(|_| Error::transport(format!("rank {} sent address {:?}", p.rank, p.addr))))
+        .collect::<Result<Vec<std::net::SocketAddr>>>()
+        .map_err(at)?;
+    let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
+    let tcp =
+        Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, NSLOTS, config.slot_bytes());
+    let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?;
     let comm_id = u64::from_str_radix(&job, 16).unwrap_or(1);
     if config.debug >= crate::config::LogLevel::Info && env.rank == 0 {
         for p in &table {
@@ -93,6 +103,25 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         }
     }
     Group::new(env.rank, (0..env.size).collect(), Hosts::from_ids(&hosts_ids), config, Arc::new(registry), comm_id)
+}
+
+/// The address the TCP transport listens on: `CCL_SOCKET_IFNAME`'s IPv4
+/// address, or else the local address this host uses to reach the
+/// rendezvous (found without sending anything).
+fn tcp_ip(config: &Config, id: &UniqueId) -> Result<std::net::IpAddr> {
+    if !config.socket_ifname.is_empty() {
+        return interface_ipv4(&config.socket_ifname).map(std::net::IpAddr::V4).ok_or_else(|| {
+            Error::new(crate::ErrorKind::Config {
+                var: "CCL_SOCKET_IFNAME",
+                value: config.socket_ifname.clone(),
+                why: "no such interface with an IPv4 address".into(),
+            })
+        });
+    }
+    let unspecified: std::net::SocketAddr =
+        if id.addr.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
+    let probe = std::net::UdpSocket::bind(unspecified).and_then(|u| u.connect(id.addr).and_then(|()| u.local_addr()));
+    probe.map(|a| a.ip()).map_err(|e| Error::transport(format!("no route to the rendezvous at {}: {e}", id.addr)))
 }
 
 #[cfg(test)]

@@ -139,6 +139,12 @@ impl Engine {
     fn progress(&mut self) -> bool {
         let mut busy: HashSet<usize> = HashSet::new();
         let mut moved = false;
+        if let Err(e) = self.conns.flush() {
+            if !self.queue.is_empty() {
+                self.fail(0, e);
+                return true;
+            }
+        }
         let mut i = 0;
         while i < self.queue.len() {
             let blocked = self.queue[i].op.uses().iter().any(|u| busy.contains(u));
@@ -197,7 +203,8 @@ impl Engine {
                 continue;
             }
             let deadline = self.queue[i].deadline.min(first.deadline);
-            backoff.snooze(self.conns.bell(), seen, deadline);
+            let conns = &self.conns;
+            backoff.snooze(deadline, |d| conns.sleep(seen, d));
         }
     }
 

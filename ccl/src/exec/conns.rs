@@ -107,6 +107,16 @@ impl Conns {
         self.reg.bell()
     }
 
+    /// Sleeps until woken (see [`Registry::sleep`]).
+    pub fn sleep(&self, seen: u32, timeout: std::time::Duration) {
+        self.reg.sleep(seen, timeout)
+    }
+
+    /// Pushes staged outgoing data on every connection.
+    pub fn flush(&mut self) -> Result<()> {
+        self.sends.iter_mut().try_for_each(|s| s.flush())
+    }
+
     /// Whether the transports are up and the group ranks `peers` alive.
     pub fn check_alive(&self, peers: &[usize]) -> Result<()> {
         let eps: Vec<usize> = peers.iter().filter_map(|&r| self.endpoints.get(r).copied()).collect();

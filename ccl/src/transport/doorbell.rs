@@ -113,9 +113,9 @@ impl Backoff {
         self.step = 0;
     }
 
-    /// Waits a little longer than last time, sleeping on `bell` once
-    /// spinning and yielding are exhausted; never past `deadline`.
-    pub fn snooze(&mut self, bell: &Doorbell, seen: u32, deadline: Instant) {
+    /// Waits a little longer than last time: spins, then yields, then
+    /// calls `sleep` with how long it may sleep (never past `deadline`).
+    pub fn snooze(&mut self, deadline: Instant, sleep: impl FnOnce(Duration)) {
         self.step = self.step.saturating_add(1);
         if self.step <= SPINS {
             std::hint::spin_loop();
@@ -123,7 +123,7 @@ impl Backoff {
             std::thread::yield_now();
         } else {
             let left = deadline.saturating_duration_since(Instant::now());
-            bell.sleep(seen, left.min(MAX_SLEEP));
+            sleep(left.min(MAX_SLEEP));
         }
     }
 }

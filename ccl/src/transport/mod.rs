@@ -14,6 +14,7 @@ pub mod doorbell;
 pub mod fifo;
 pub mod local;
 pub mod shm;
+pub mod tcp;
 
 use crate::error::{Error, Result};
 use doorbell::Doorbell;
@@ -50,6 +51,12 @@ pub trait Transport: Send + Sync {
     /// `Err` if the job is going down or one of `peers` (endpoints this
     /// rank is stuck waiting on) is gone: waits end with it.
     fn check_alive(&self, peers: &[usize]) -> Result<()>;
+    /// Sockets to `poll()` while idle (none for memory transports).
+    fn poll_fds(&self, _out: &mut Vec<libc::pollfd>) {}
+    /// Whether peers wake this rank through its doorbell.
+    fn uses_bell(&self) -> bool {
+        true
+    }
 }
 
 /// The sending end of a connection.
@@ -59,6 +66,8 @@ pub enum SendConn {
     /// A slot FIFO in memory shared with another process, mapped once both
     /// sides have arrived; and its slot size.
     Shm(shm::Lazy<FifoSend>, usize),
+    /// Slots staged here and written to sockets.
+    Tcp(tcp::TcpSend),
 }
 
 /// The receiving end of a connection.
@@ -67,6 +76,8 @@ pub enum RecvConn {
     Fifo(FifoRecv),
     /// A slot FIFO shared with another process, and its slot size.
     Shm(shm::Lazy<FifoRecv>, usize),
+    /// Slots read ahead from sockets.
+    Tcp(tcp::TcpRecv),
 }
 
 impl SendConn {
@@ -75,6 +86,7 @@ impl SendConn {
         Ok(match self {
             SendConn::Fifo(f) => f.reserve(),
             SendConn::Shm(l, _) => l.get()?.and_then(|f| f.reserve()),
+            SendConn::Tcp(t) => t.reserve_slot()?,
         })
     }
     /// Publishes the slot [`reserve`](Self::reserve) returned, holding `bytes` bytes.
@@ -86,6 +98,14 @@ impl SendConn {
                     f.post(bytes)
                 }
             }
+            SendConn::Tcp(t) => t.post_slot(bytes),
+        }
+    }
+    /// Pushes staged data on (TCP); a no-op for memory FIFOs.
+    pub fn flush(&mut self) -> Result<()> {
+        match self {
+            SendConn::Tcp(t) => t.pump(),
+            _ => Ok(()),
         }
     }
     /// Bytes per slot.
@@ -93,6 +113,7 @@ impl SendConn {
         match self {
             SendConn::Fifo(f) => f.slot_bytes(),
             SendConn::Shm(_, b) => *b,
+            SendConn::Tcp(t) => t.slot_bytes(),
         }
     }
 }
@@ -103,6 +124,7 @@ impl RecvConn {
         Ok(match self {
             RecvConn::Fifo(f) => f.peek(),
             RecvConn::Shm(l, _) => l.get()?.and_then(|f| f.peek()),
+            RecvConn::Tcp(t) => t.peek_slot()?,
         })
     }
     /// Returns the slot [`peek`](Self::peek) returned to the sender.
@@ -114,6 +136,7 @@ impl RecvConn {
                     f.release()
                 }
             }
+            RecvConn::Tcp(t) => t.release_slot(),
         }
     }
     /// Bytes per slot.
@@ -121,6 +144,7 @@ impl RecvConn {
         match self {
             RecvConn::Fifo(f) => f.slot_bytes(),
             RecvConn::Shm(_, b) => *b,
+            RecvConn::Tcp(t) => t.slot_bytes(),
         }
     }
 }
@@ -160,6 +184,21 @@ impl Registry {
     /// This endpoint's doorbell.
     pub fn bell(&self) -> &Doorbell {
         self.list[0].bell()
+    }
+
+    /// Sleeps until a peer rings (`seen` is the bell's count read before
+    /// looking for work), a socket is ready, or `timeout` passes. With
+    /// both sockets and a bell to watch, sockets are polled in short naps.
+    pub fn sleep(&self, seen: u32, timeout: std::time::Duration) {
+        let mut fds = Vec::new();
+        self.list.iter().for_each(|t| t.poll_fds(&mut fds));
+        if fds.is_empty() {
+            return self.bell().sleep(seen, timeout);
+        }
+        let bell = self.list.iter().any(|t| t.uses_bell());
+        let t = if bell { timeout.min(std::time::Duration::from_millis(1)) } else { timeout };
+        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, t.as_millis().min(i32::MAX as u128) as i32) };
     }
 
     /// Whether every transport is up and `peers` (endpoints) are alive.

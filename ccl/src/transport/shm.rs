@@ -1,12 +1,16 @@
 //! Shared memory between processes of one host.
 //!
-//! Every rank maps its doorbell at `/dev/shm/ccl-<job>-b<rank>` before it
+//! Every rank maps its doorbell at `/dev/shm/ccl-<job>-b<rank>-p<pid>` before it
 //! joins the rendezvous, so peers can always open it. A connection's FIFO
-//! is a file `/dev/shm/ccl-<job>-<comm>-<from>-<to>-<channel>` that
+//! is a file `/dev/shm/ccl-<job>-<comm>-<from>-<to>-<channel>-p<pid>-<pid>` that
 //! whichever side comes first creates (zero-filled, the FIFO's initial
 //! state) and the second side maps and unlinks, so nothing named is left
-//! once both ends hold it. Files a rank created are removed when it drops
-//! the transport, and `cclrun` removes `ccl-<job>-*` after a crash.
+//! once both ends hold it. A file whose second side never came (its rank
+//! failed) may hold data still owed to it, so the creator leaves it; a
+//! rank removes its doorbell when it drops the transport, and `cclrun`
+//! removes whatever `ccl-<job>-*` is left when the job ends. Every start
+//! also sweeps files whose owning processes are all gone, which covers
+//! ranks killed together with their launcher.
 //! Connecting never blocks: a connection whose peer has not arrived yet is
 //! retried by the progress engine on each poll.
 
@@ -67,14 +71,36 @@ pub struct Shm {
     slot_bytes: usize,
     bell: Arc<BellMap>,
     peer_bells: Mutex<HashMap<usize, Arc<BellMap>>>,
-    created: Arc<Mutex<Vec<PathBuf>>>,
     last_check: Mutex<Instant>,
+    enabled: bool,
 }
 
 impl Shm {
-    /// Path of rank `rank`'s doorbell in job `job`.
-    pub fn bell_path(job: &str, rank: usize) -> PathBuf {
-        PathBuf::from(format!("{DIR}/ccl-{job}-b{rank}"))
+    /// Path of rank `rank`'s doorbell in job `job`; `pid` owns it.
+    pub fn bell_path(job: &str, rank: usize, pid: u32) -> PathBuf {
+        PathBuf::from(format!("{DIR}/ccl-{job}-b{rank}-p{pid}"))
+    }
+
+    /// Removes files of any job whose owning processes have all exited
+    /// (names end in `-p<pid>[-<pid>]`): what a crash, or a launcher killed
+    /// with SIGKILL, left behind.
+    pub fn sweep_stale() {
+        let alive = |pid: &str| match pid.parse::<libc::pid_t>() {
+            Ok(p) => {
+                // SAFETY: signal 0 only checks that the process exists.
+                let r = unsafe { libc::kill(p, 0) };
+                r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+            }
+            Err(_) => true,
+        };
+        let Ok(dir) = std::fs::read_dir(DIR) else { return };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some((_, pids)) = name.strip_prefix("ccl-").and_then(|n| n.rsplit_once("-p")) else { continue };
+            if pids.split('-').all(|p| !alive(p)) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 
     /// The prefix of every file of job `job` (for cleanup after a crash).
@@ -84,7 +110,8 @@ impl Shm {
 
     /// Creates this rank's doorbell; call before joining the rendezvous.
     pub fn create_bell(job: &str, rank: usize) -> Result<Arc<BellMap>> {
-        let path = Self::bell_path(job, rank);
+        Self::sweep_stale();
+        let path = Self::bell_path(job, rank, std::process::id());
         let f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -98,6 +125,9 @@ impl Shm {
     }
 
     /// The transport of rank `me`, given every rank's host and pid.
+    /// With `enabled` false it connects no one (CCL_SHM_DISABLE) but still
+    /// provides the doorbell and the liveness checks of local peers.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         job: &str,
         me: usize,
@@ -106,6 +136,7 @@ impl Shm {
         pids: Vec<u32>,
         nslots: usize,
         slot_bytes: usize,
+        enabled: bool,
     ) -> Self {
         Shm {
             job: job.to_string(),
@@ -116,8 +147,8 @@ impl Shm {
             slot_bytes,
             bell,
             peer_bells: Mutex::new(HashMap::new()),
-            created: Arc::new(Mutex::new(Vec::new())),
             last_check: Mutex::new(Instant::now()),
+            enabled,
         }
     }
 
@@ -126,34 +157,41 @@ impl Shm {
         if let Some(b) = bells.get(&peer) {
             return Ok(Arc::clone(b) as BellRef);
         }
-        let path = Self::bell_path(&self.job, peer);
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::transport(format!("open {}: {e}", path.display())).with_peer(peer))?;
+        let path = Self::bell_path(&self.job, peer, self.pids.get(peer).copied().unwrap_or(0));
+        let f = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            // the peer has finished and removed its bell: nobody to wake
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Arc::new(Doorbell::new()) as BellRef),
+            Err(e) => return Err(Error::transport(format!("open {}: {e}", path.display())).with_peer(peer)),
+        };
         let b = Arc::new(BellMap { map: map_file(&f)?, owned: None });
         bells.insert(peer, Arc::clone(&b));
         Ok(b as BellRef)
     }
 
     fn fifo_path(&self, key: ConnKey) -> PathBuf {
-        PathBuf::from(format!("{DIR}/ccl-{}-{:016x}-{}-{}-{}", self.job, key.comm, key.from, key.to, key.channel))
+        let pid = |r: usize| self.pids.get(r).copied().unwrap_or(0);
+        PathBuf::from(format!(
+            "{DIR}/ccl-{}-{:016x}-{}-{}-{}-p{}-{}",
+            self.job,
+            key.comm,
+            key.from,
+            key.to,
+            key.channel,
+            pid(key.from),
+            pid(key.to)
+        ))
     }
 
     /// An opener that maps the connection's FIFO once both sides can.
     fn opener(&self, key: ConnKey) -> impl FnMut() -> Result<Option<Arc<FifoMem>>> + Send + 'static {
-        let (path, nslots, slot_bytes, created) =
-            (self.fifo_path(key), self.nslots, self.slot_bytes, Arc::clone(&self.created));
+        let (path, nslots, slot_bytes) = (self.fifo_path(key), self.nslots, self.slot_bytes);
         move || {
             let size = FifoMem::size(nslots, slot_bytes).ok_or_else(|| Error::internal("fifo size"))? as u64;
             let tx = |e: std::io::Error| Error::transport(format!("{}: {e}", path.display()));
             match OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path) {
                 Ok(f) => {
                     f.set_len(size).map_err(tx)?;
-                    if let Ok(mut c) = created.lock() {
-                        c.push(path.clone());
-                    }
                     Ok(FifoMem::in_map(map_file(&f)?, nslots, slot_bytes))
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -170,16 +208,6 @@ impl Shm {
                     Ok(mem)
                 }
                 Err(e) => Err(tx(e)),
-            }
-        }
-    }
-}
-
-impl Drop for Shm {
-    fn drop(&mut self) {
-        if let Ok(c) = self.created.lock() {
-            for p in c.iter() {
-                let _ = std::fs::remove_file(p);
             }
         }
     }
@@ -207,7 +235,7 @@ impl Transport for Shm {
     }
 
     fn can_connect(&self, from: usize, to: usize) -> bool {
-        matches!((self.hosts.get(from), self.hosts.get(to)), (Some(a), Some(b)) if a == b)
+        self.enabled && matches!((self.hosts.get(from), self.hosts.get(to)), (Some(a), Some(b)) if a == b)
     }
 
     fn connect_send(&self, key: ConnKey) -> Result<SendConn> {
@@ -226,6 +254,10 @@ impl Transport for Shm {
 
     fn bell(&self) -> &Doorbell {
         self.bell.as_ref().as_ref()
+    }
+
+    fn uses_bell(&self) -> bool {
+        self.enabled
     }
 
     fn check_alive(&self, peers: &[usize]) -> Result<()> {

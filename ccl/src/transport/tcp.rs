@@ -1,0 +1,539 @@
+//! TCP between hosts (and between ranks of one host with
+//! `CCL_SHM_DISABLE=1`).
+//!
+//! A connection is `CCL_SOCKETS_PER_PEER` sockets; message `m` travels on
+//! socket `m mod k` as a frame `[u32 length][payload]`, so consecutive
+//! slots move in parallel and arrive in order. Both ends keep their own
+//! ring of slots: the sender stages a slot there and writes it out as the
+//! socket accepts bytes; the receiver reads frames ahead into free slots
+//! and hands them out in message order. Sockets are non-blocking and
+//! driven by the progress engine; idle ranks `poll()` them.
+//!
+//! Each socket opens with a hello naming the connection, authenticated
+//! by an HMAC of the job secret over the hello and a fresh nonce; a socket
+//! whose hello does not verify is dropped and logged with its address.
+
+use super::doorbell::Doorbell;
+use super::{ConnKey, RecvConn, SendConn, Transport};
+use crate::error::{Error, ErrorKind, Result};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind as IoKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+const MAGIC: &[u8; 4] = b"CCLT";
+const HELLO: usize = 4 + 8 + 8 + 8 + 4 + 4 + 4 + 16 + 32;
+
+/// Whether poll() should watch a socket, and for what.
+struct SockFlag {
+    fd: RawFd,
+    read: bool,
+    want_write: AtomicBool,
+}
+
+/// What the transport's connections share: the listener, the secret,
+/// sockets accepted but not yet claimed, and what to poll.
+struct Shared {
+    me: usize,
+    secret: [u8; 16],
+    listener: TcpListener,
+    nsocks: usize,
+    inbox: Mutex<HashMap<(u64, usize, u32), Vec<Option<TcpStream>>>>,
+    polled: Mutex<Vec<Weak<SockFlag>>>,
+}
+
+fn io_err(what: &str, e: std::io::Error) -> Error {
+    Error::transport(format!("tcp {what}: {e}"))
+}
+
+fn mac(secret: &[u8], bytes: &[u8]) -> Result<[u8; 32]> {
+    let mut m = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| Error::internal("hmac key"))?;
+    m.update(b"ccl-tcp");
+    m.update(bytes);
+    Ok(m.finalize().into_bytes().into())
+}
+
+impl Shared {
+    fn watch(&self, stream: &TcpStream, read: bool) -> Arc<SockFlag> {
+        let f = Arc::new(SockFlag { fd: stream.as_raw_fd(), read, want_write: AtomicBool::new(false) });
+        if let Ok(mut p) = self.polled.lock() {
+            p.retain(|w| w.strong_count() > 0);
+            p.push(Arc::downgrade(&f));
+        }
+        f
+    }
+
+    fn hello(&self, key: ConnKey, idx: usize) -> Result<Vec<u8>> {
+        let mut h = Vec::with_capacity(HELLO);
+        h.extend_from_slice(MAGIC);
+        h.extend_from_slice(&key.comm.to_le_bytes());
+        h.extend_from_slice(&(key.from as u64).to_le_bytes());
+        h.extend_from_slice(&(key.to as u64).to_le_bytes());
+        h.extend_from_slice(&key.channel.to_le_bytes());
+        h.extend_from_slice(&(idx as u32).to_le_bytes());
+        h.extend_from_slice(&(self.nsocks as u32).to_le_bytes());
+        h.extend_from_slice(&rand::random::<[u8; 16]>());
+        let tag = mac(&self.secret, &h)?;
+        h.extend_from_slice(&tag);
+        Ok(h)
+    }
+
+    /// Reads and checks a hello; the connection and socket index it names.
+    fn check_hello(&self, s: &mut TcpStream) -> Result<((u64, usize, u32), usize)> {
+        let mut h = [0u8; HELLO];
+        s.read_exact(&mut h).map_err(|e| io_err("hello", e))?;
+        let (body, tag) = h.split_at(HELLO - 32);
+        let want = mac(&self.secret, body)?;
+        if &body[..4] != MAGIC || want.as_slice() != tag {
+            return Err(Error::transport("hello failed authentication"));
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |o: usize| u32::from_le_bytes(body[o..o + 4].try_into().unwrap_or([0; 4]));
+        let (comm, from, to, channel) = (u64_at(4), u64_at(12) as usize, u64_at(20) as usize, u32_at(28));
+        let (idx, nsocks) = (u32_at(32) as usize, u32_at(36) as usize);
+        if to != self.me || nsocks != self.nsocks || idx >= nsocks {
+            return Err(Error::transport(format!("hello for rank {to}, socket {idx} of {nsocks} does not fit")));
+        }
+        Ok(((comm, from, channel), idx))
+    }
+
+    /// Accepts every pending connection, keeping the authenticated ones.
+    fn accept(&self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut s, from)) => {
+                    let ok = s
+                        .set_nonblocking(false)
+                        .and_then(|()| s.set_read_timeout(Some(Duration::from_secs(5))))
+                        .map_err(|e| io_err("accept", e))
+                        .and_then(|()| self.check_hello(&mut s))
+                        .and_then(|k| {
+                            s.set_nonblocking(true).map_err(|e| io_err("accept", e))?;
+                            let _ = s.set_nodelay(true);
+                            Ok(k)
+                        });
+                    match ok {
+                        Ok((key, idx)) => {
+                            if let Ok(mut inbox) = self.inbox.lock() {
+                                inbox.entry(key).or_insert_with(|| (0..self.nsocks).map(|_| None).collect())[idx] =
+                                    Some(s);
+                            }
+                        }
+                        Err(e) => eprintln!("ccl: tcp: dropped connection from {from}: {e}"),
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The `nsocks` sockets of `key` once they have all arrived.
+    fn claim(&self, key: (u64, usize, u32)) -> Option<Vec<TcpStream>> {
+        self.accept();
+        let mut inbox = self.inbox.lock().ok()?;
+        if inbox.get(&key)?.iter().all(Option::is_some) {
+            return inbox.remove(&key).map(|v| v.into_iter().flatten().collect());
+        }
+        None
+    }
+}
+
+/// A ring of 64-byte-aligned slots in this process's memory.
+struct Slots {
+    base: *mut u8,
+    layout: Layout,
+    slot_bytes: usize,
+    n: usize,
+}
+
+// SAFETY: the ring is owned by one connection end and only touched through
+// it (`&mut self`); the pointer is freed once, on drop.
+unsafe impl Send for Slots {}
+
+impl Slots {
+    fn new(n: usize, slot_bytes: usize) -> Result<Self> {
+        let layout =
+            Layout::from_size_align((n * slot_bytes).max(64), 64).map_err(|_| Error::internal("slot layout"))?;
+        // SAFETY: non-zero size.
+        let base = unsafe { alloc_zeroed(layout) };
+        if base.is_null() {
+            return Err(Error::transport("cannot allocate tcp slots"));
+        }
+        Ok(Slots { base, layout, slot_bytes, n })
+    }
+    fn ptr(&self, i: usize) -> *mut u8 {
+        // SAFETY: `i % n < n`, inside the allocation.
+        unsafe { self.base.add((i % self.n) * self.slot_bytes) }
+    }
+    fn bytes(&mut self, i: usize, len: usize) -> &mut [u8] {
+        // SAFETY: a slot of `slot_bytes ≥ len` bytes (callers check), owned by this ring.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(i), len.min(self.slot_bytes)) }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { dealloc(self.base, self.layout) }
+    }
+}
+
+struct SendSock {
+    stream: TcpStream,
+    queue: VecDeque<(usize, usize)>,
+    off: usize,
+    flag: Arc<SockFlag>,
+}
+
+/// The sending end: staged slots written out as the sockets take them.
+pub struct TcpSend {
+    socks: Vec<SendSock>,
+    slots: Slots,
+    free: Vec<usize>,
+    reserved: Option<usize>,
+    next: usize,
+    err: Option<Error>,
+}
+
+impl TcpSend {
+    /// Writes what the sockets accept now; slots fully written become free.
+    pub fn pump(&mut self) -> Result<()> {
+        if let Some(e) = &self.err {
+            return Err(e.clone());
+        }
+        for s in &mut self.socks {
+            while let Some(&(slot, len)) = s.queue.front() {
+                let header = (len as u32).to_le_bytes();
+                let r = if s.off < 4 {
+                    s.stream.write(&header[s.off..])
+                } else {
+                    let data = self.slots.bytes(slot, len);
+                    s.stream.write(&data[s.off - 4..])
+                };
+                match r {
+                    Ok(0) => return Err(self.fail("connection closed")),
+                    Ok(n) => {
+                        s.off += n;
+                        if s.off == 4 + len {
+                            s.queue.pop_front();
+                            s.off = 0;
+                            self.free.push(slot);
+                        }
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock => break,
+                    Err(e) if e.kind() == IoKind::Interrupted => {}
+                    Err(e) => {
+                        let msg = e.to_string();
+                        return Err(self.fail(&msg));
+                    }
+                }
+            }
+            s.flag.want_write.store(!s.queue.is_empty(), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, why: &str) -> Error {
+        let e = Error::new(ErrorKind::PeerLost { rank: usize::MAX, host: "tcp".into(), why: why.to_string() });
+        self.err = Some(e.clone());
+        e
+    }
+
+    fn reserve(&mut self) -> Result<Option<*mut u8>> {
+        self.pump()?;
+        if self.reserved.is_none() {
+            self.reserved = self.free.pop();
+        }
+        Ok(self.reserved.map(|s| self.slots.ptr(s)))
+    }
+
+    fn post(&mut self, bytes: usize) {
+        if let Some(slot) = self.reserved.take() {
+            let k = self.socks.len();
+            self.socks[self.next % k].queue.push_back((slot, bytes));
+            self.next += 1;
+            let _ = self.pump();
+        }
+    }
+}
+
+impl Drop for TcpSend {
+    /// Whatever is still staged goes out before the sockets close.
+    fn drop(&mut self) {
+        for s in &self.socks {
+            let _ = s.stream.set_nonblocking(false);
+            let _ = s.stream.set_write_timeout(Some(Duration::from_secs(10)));
+        }
+        let _ = self.pump();
+    }
+}
+
+struct RecvSock {
+    stream: TcpStream,
+    closed: bool,
+    next: usize,
+    header: [u8; 4],
+    off: usize,
+    _flag: Arc<SockFlag>,
+}
+
+/// The receiving end: frames read ahead into free slots, handed out in order.
+pub struct TcpRecv {
+    key: (u64, usize, u32),
+    shared: Arc<Shared>,
+    socks: Vec<RecvSock>,
+    slots: Slots,
+    lens: Vec<usize>,
+    ready: Vec<bool>,
+    tail: usize,
+}
+
+impl TcpRecv {
+    fn connect(&mut self) -> bool {
+        if self.socks.is_empty() {
+            if let Some(streams) = self.shared.claim(self.key) {
+                let k = streams.len();
+                self.socks = streams
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, stream)| {
+                        let flag = self.shared.watch(&stream, true);
+                        RecvSock { stream, closed: false, next: i, header: [0; 4], off: 0, _flag: flag }
+                    })
+                    .collect();
+                debug_assert_eq!(k, self.shared.nsocks);
+            }
+        }
+        !self.socks.is_empty()
+    }
+
+    fn pump(&mut self) -> Result<()> {
+        let (n, k, slot_bytes) = (self.slots.n, self.socks.len(), self.slots.slot_bytes);
+        for s in &mut self.socks {
+            // read ahead while the message this socket carries next has a free slot
+            while !s.closed && s.next < self.tail + n {
+                let slot = s.next % n;
+                let r = if s.off < 4 {
+                    s.stream.read(&mut s.header[s.off..])
+                } else {
+                    let len = u32::from_le_bytes(s.header) as usize;
+                    s.stream.read(&mut self.slots.bytes(slot, len)[s.off - 4..])
+                };
+                match r {
+                    // the peer closed: an error only if we still need a message from it
+                    Ok(0) if s.off == 0 => s.closed = true,
+                    Ok(0) => return Err(self.lost("connection closed in the middle of a message")),
+                    Ok(got) => {
+                        s.off += got;
+                        let len = u32::from_le_bytes(s.header) as usize;
+                        if s.off >= 4 && len > slot_bytes {
+                            return Err(Error::transport(format!(
+                                "frame of {len} bytes exceeds a slot of {slot_bytes}"
+                            )));
+                        }
+                        if s.off == 4 + len && s.off >= 4 {
+                            self.lens[slot] = len;
+                            self.ready[slot] = true;
+                            s.next += k;
+                            s.off = 0;
+                        }
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock => break,
+                    Err(e) if e.kind() == IoKind::Interrupted => {}
+                    Err(e) => return Err(io_err("read", e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn lost(&self, why: &str) -> Error {
+        Error::new(ErrorKind::PeerLost { rank: self.key.1, host: "tcp".into(), why: why.into() })
+    }
+
+    fn peek(&mut self) -> Result<Option<(*const u8, usize)>> {
+        if !self.connect() {
+            return Ok(None);
+        }
+        self.pump()?;
+        let slot = self.tail % self.slots.n;
+        if !self.ready[slot] && self.socks[self.tail % self.socks.len()].closed {
+            return Err(self.lost("connection closed"));
+        }
+        Ok(self.ready[slot].then(|| (self.slots.ptr(slot) as *const u8, self.lens[slot])))
+    }
+
+    fn release(&mut self) {
+        let slot = self.tail % self.slots.n;
+        self.ready[slot] = false;
+        self.tail += 1;
+    }
+}
+
+/// The TCP transport of one process.
+pub struct Tcp {
+    shared: Arc<Shared>,
+    peers: Vec<SocketAddr>,
+    nslots: usize,
+    slot_bytes: usize,
+    bell: Doorbell,
+}
+
+impl Tcp {
+    /// Listens on `ip` (port chosen by the OS); the listener's address.
+    pub fn listen(ip: std::net::IpAddr) -> Result<TcpListener> {
+        let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io_err("listen", e))?;
+        l.set_nonblocking(true).map_err(|e| io_err("listen", e))?;
+        Ok(l)
+    }
+
+    /// The transport of endpoint `me`, whose peers listen at `peers`.
+    pub fn new(
+        me: usize,
+        secret: [u8; 16],
+        listener: TcpListener,
+        peers: Vec<SocketAddr>,
+        nsocks: usize,
+        nslots: usize,
+        slot_bytes: usize,
+    ) -> Self {
+        let shared = Shared {
+            me,
+            secret,
+            listener,
+            nsocks: nsocks.max(1),
+            inbox: Mutex::new(HashMap::new()),
+            polled: Mutex::new(Vec::new()),
+        };
+        Tcp { shared: Arc::new(shared), peers, nslots, slot_bytes: slot_bytes.div_ceil(64) * 64, bell: Doorbell::new() }
+    }
+}
+
+impl Transport for Tcp {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn can_connect(&self, from: usize, to: usize) -> bool {
+        from < self.peers.len() && to < self.peers.len()
+    }
+
+    fn connect_send(&self, key: ConnKey) -> Result<SendConn> {
+        let addr = *self.peers.get(key.to).ok_or_else(|| Error::internal("peer address"))?;
+        let mut socks = Vec::with_capacity(self.shared.nsocks);
+        for idx in 0..self.shared.nsocks {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+                .map_err(|e| io_err(&format!("connect to {addr}"), e))?;
+            let _ = s.set_nodelay(true);
+            s.write_all(&self.shared.hello(key, idx)?).map_err(|e| io_err("hello", e))?;
+            s.set_nonblocking(true).map_err(|e| io_err("connect", e))?;
+            let flag = self.shared.watch(&s, false);
+            socks.push(SendSock { stream: s, queue: VecDeque::new(), off: 0, flag });
+        }
+        let slots = Slots::new(self.nslots, self.slot_bytes)?;
+        let free = (0..self.nslots).rev().collect();
+        Ok(SendConn::Tcp(TcpSend { socks, slots, free, reserved: None, next: 0, err: None }))
+    }
+
+    fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
+        Ok(RecvConn::Tcp(TcpRecv {
+            key: (key.comm, key.from, key.channel),
+            shared: Arc::clone(&self.shared),
+            socks: Vec::new(),
+            slots: Slots::new(self.nslots, self.slot_bytes)?,
+            lens: vec![0; self.nslots],
+            ready: vec![false; self.nslots],
+            tail: 0,
+        }))
+    }
+
+    fn bell(&self) -> &Doorbell {
+        &self.bell
+    }
+
+    fn check_alive(&self, _peers: &[usize]) -> Result<()> {
+        Ok(())
+    }
+
+    fn poll_fds(&self, out: &mut Vec<libc::pollfd>) {
+        out.push(libc::pollfd { fd: self.shared.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        if let Ok(p) = self.shared.polled.lock() {
+            for f in p.iter().filter_map(Weak::upgrade) {
+                let events = if f.read {
+                    libc::POLLIN
+                } else if f.want_write.load(Ordering::Relaxed) {
+                    libc::POLLOUT
+                } else {
+                    continue;
+                };
+                out.push(libc::pollfd { fd: f.fd, events, revents: 0 });
+            }
+        }
+    }
+
+    fn uses_bell(&self) -> bool {
+        false
+    }
+}
+
+/// Methods the engine reaches through [`SendConn`] and [`RecvConn`].
+impl TcpSend {
+    pub(crate) fn reserve_slot(&mut self) -> Result<Option<*mut u8>> {
+        self.reserve()
+    }
+    pub(crate) fn post_slot(&mut self, bytes: usize) {
+        self.post(bytes)
+    }
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slots.slot_bytes
+    }
+}
+
+impl TcpRecv {
+    pub(crate) fn peek_slot(&mut self) -> Result<Option<(*const u8, usize)>> {
+        self.peek()
+    }
+    pub(crate) fn release_slot(&mut self) {
+        self.release()
+    }
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slots.slot_bytes
+    }
+}
+
+/// The IPv4 address of network interface `name`, if it has one.
+pub fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
+    let mut ifs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifs` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifs) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = ifs;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if !ifa.ifa_addr.is_null() && n.to_bytes() == name.as_bytes() {
+            // SAFETY: a non-null address whose family we check before reading it as sockaddr_in.
+            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+            if fam == libc::AF_INET {
+                // SAFETY: AF_INET addresses are sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: frees the list from getifaddrs, once.
+    unsafe { libc::freeifaddrs(ifs) };
+    found
+}
