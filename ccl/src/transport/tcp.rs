@@ -30,6 +30,12 @@ use std::time::Duration;
 const MAGIC: &[u8; 4] = b"CCLT";
 const HELLO: usize = 4 + 8 + 8 + 8 + 4 + 4 + 4 + 16 + 32;
 
+/// A connection as a receiver knows it: (communicator, sender, channel).
+type Link = (u64, usize, u32);
+
+/// Sockets accepted and authenticated, waiting for their receiver.
+type Inbox = HashMap<Link, Vec<Option<TcpStream>>>;
+
 /// Whether poll() should watch a socket, and for what.
 struct SockFlag {
     fd: RawFd,
@@ -44,7 +50,7 @@ struct Shared {
     secret: [u8; 16],
     listener: TcpListener,
     nsocks: usize,
-    inbox: Mutex<HashMap<(u64, usize, u32), Vec<Option<TcpStream>>>>,
+    inbox: Mutex<Inbox>,
     polled: Mutex<Vec<Weak<SockFlag>>>,
 }
 
@@ -85,7 +91,7 @@ impl Shared {
     }
 
     /// Reads and checks a hello; the connection and socket index it names.
-    fn check_hello(&self, s: &mut TcpStream) -> Result<((u64, usize, u32), usize)> {
+    fn check_hello(&self, s: &mut TcpStream) -> Result<(Link, usize)> {
         let mut h = [0u8; HELLO];
         s.read_exact(&mut h).map_err(|e| io_err("hello", e))?;
         let (body, tag) = h.split_at(HELLO - 32);
@@ -134,7 +140,7 @@ impl Shared {
     }
 
     /// The `nsocks` sockets of `key` once they have all arrived.
-    fn claim(&self, key: (u64, usize, u32)) -> Option<Vec<TcpStream>> {
+    fn claim(&self, key: Link) -> Option<Vec<TcpStream>> {
         self.accept();
         let mut inbox = self.inbox.lock().ok()?;
         if inbox.get(&key)?.iter().all(Option::is_some) {
@@ -285,7 +291,7 @@ struct RecvSock {
 
 /// The receiving end: frames read ahead into free slots, handed out in order.
 pub struct TcpRecv {
-    key: (u64, usize, u32),
+    key: Link,
     shared: Arc<Shared>,
     socks: Vec<RecvSock>,
     slots: Slots,
