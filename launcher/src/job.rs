@@ -181,17 +181,27 @@ pub fn run(spec: &Spec) -> i32 {
     let mut forwarded: Option<i32> = None;
     let mut timed_out = false;
     loop {
+        // ranks that ended since the last sweep; when several failed at once,
+        // one killed by a signal is the cause rather than one that reported it
+        let mut ended = Vec::new();
         for (rank, c) in children.iter_mut().enumerate() {
-            if status[rank].is_some() {
-                continue;
-            }
-            if let Ok(Some(st)) = c.try_wait() {
-                status[rank] = Some(st);
-                if !st.success() && first_fail.is_none() && forwarded.is_none() && !timed_out {
-                    let host = &spec.host_names[spec.placement[rank].host];
-                    eprintln!("cclrun: rank {rank} (pid {}) on {host} {}; ending the job", c.id(), describe(st));
-                    first_fail = Some((rank, st, Instant::now()));
+            if status[rank].is_none() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    status[rank] = Some(st);
+                    ended.push((rank, st));
                 }
+            }
+        }
+        ended.sort_by_key(|(rank, st)| (st.signal().is_none(), *rank));
+        if let Some(&(rank, st)) = ended.iter().find(|(_, st)| !st.success()) {
+            if first_fail.is_none() && forwarded.is_none() && !timed_out {
+                let host = &spec.host_names[spec.placement[rank].host];
+                eprintln!(
+                    "cclrun: rank {rank} (pid {}) on {host} {}; ending the job",
+                    children[rank].id(),
+                    describe(st)
+                );
+                first_fail = Some((rank, st, Instant::now()));
             }
         }
         if status.iter().all(Option::is_some) {

@@ -199,6 +199,7 @@ struct SendSock {
 
 /// The sending end: staged slots written out as the sockets take them.
 pub struct TcpSend {
+    peer: usize,
     socks: Vec<SendSock>,
     slots: Slots,
     free: Vec<usize>,
@@ -246,7 +247,7 @@ impl TcpSend {
     }
 
     fn fail(&mut self, why: &str) -> Error {
-        let e = Error::new(ErrorKind::PeerLost { rank: usize::MAX, host: "tcp".into(), why: why.to_string() });
+        let e = Error::new(ErrorKind::PeerLost { rank: self.peer, host: "tcp".into(), why: why.to_string() });
         self.err = Some(e.clone());
         e
     }
@@ -444,7 +445,7 @@ impl Transport for Tcp {
         }
         let slots = Slots::new(self.nslots, self.slot_bytes)?;
         let free = (0..self.nslots).rev().collect();
-        Ok(SendConn::Tcp(TcpSend { socks, slots, free, reserved: None, next: 0, err: None }))
+        Ok(SendConn::Tcp(TcpSend { peer: key.to, socks, slots, free, reserved: None, next: 0, err: None }))
     }
 
     fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
