@@ -23,7 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind as IoKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -52,6 +52,9 @@ struct Shared {
     nsocks: usize,
     inbox: Mutex<Inbox>,
     polled: Mutex<Vec<Weak<SockFlag>>>,
+    /// Receiving connections still waiting for their sockets: while there
+    /// are any, the listener is worth polling.
+    unclaimed: AtomicUsize,
 }
 
 fn io_err(what: &str, e: std::io::Error) -> Error {
@@ -305,6 +308,7 @@ impl TcpRecv {
     fn connect(&mut self) -> bool {
         if self.socks.is_empty() {
             if let Some(streams) = self.shared.claim(self.key) {
+                self.shared.unclaimed.fetch_sub(1, Ordering::Relaxed);
                 let k = streams.len();
                 self.socks = streams
                     .into_iter()
@@ -417,6 +421,7 @@ impl Tcp {
             nsocks: nsocks.max(1),
             inbox: Mutex::new(HashMap::new()),
             polled: Mutex::new(Vec::new()),
+            unclaimed: AtomicUsize::new(0),
         };
         Tcp { shared: Arc::new(shared), peers, nslots, slot_bytes: slot_bytes.div_ceil(64) * 64, bell: Doorbell::new() }
     }
@@ -449,6 +454,7 @@ impl Transport for Tcp {
     }
 
     fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
+        self.shared.unclaimed.fetch_add(1, Ordering::Relaxed);
         Ok(RecvConn::Tcp(TcpRecv {
             key: (key.comm, key.from, key.channel),
             shared: Arc::clone(&self.shared),
@@ -469,7 +475,9 @@ impl Transport for Tcp {
     }
 
     fn poll_fds(&self, out: &mut Vec<libc::pollfd>) {
-        out.push(libc::pollfd { fd: self.shared.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        if self.shared.unclaimed.load(Ordering::Relaxed) > 0 {
+            out.push(libc::pollfd { fd: self.shared.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        }
         if let Ok(p) = self.shared.polled.lock() {
             for f in p.iter().filter_map(Weak::upgrade) {
                 let events = if f.read {

@@ -1,0 +1,44 @@
+//! Snapshots of what cclrun says, so messages change only on purpose.
+//! Regenerate with `CCLRUN_SNAPSHOT=overwrite cargo test -p cclrun --test cli`.
+
+use std::process::Command;
+
+fn cclrun(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_cclrun")).args(args).output().expect("run cclrun");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+fn snapshot(name: &str, got: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(name);
+    if std::env::var("CCLRUN_SNAPSHOT").as_deref() == Ok("overwrite") || !path.exists() {
+        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&path, got).expect("write snapshot");
+    }
+    let want = std::fs::read_to_string(&path).expect("read snapshot");
+    assert_eq!(got, want, "{name} changed; regenerate with CCLRUN_SNAPSHOT=overwrite if intended");
+}
+
+#[test]
+fn help() {
+    let (code, out, _) = cclrun(&["--help"]);
+    assert_eq!(code, 0);
+    snapshot("help.txt", &out);
+}
+
+#[test]
+fn usage_errors() {
+    let (code, _, err) = cclrun(&["-np", "2"]);
+    assert_eq!(code, 2);
+    snapshot("missing-program.txt", &err);
+    let (code, _, err) = cclrun(&["-np", "0", "true"]);
+    assert_eq!((code, err.as_str()), (2, "cclrun: -np must be at least 1\n"));
+    let (code, _, err) = cclrun(&["-np", "2", "-x", "CCL_SURELY_UNSET_VARIABLE", "true"]);
+    assert_eq!((code, err.as_str()), (2, "cclrun: -x CCL_SURELY_UNSET_VARIABLE: not set in this environment\n"));
+    let (code, _, err) = cclrun(&["-np", "2", "--hostfile", "/no/such/hostfile", "true"]);
+    assert_eq!(code, 2);
+    assert!(err.starts_with("cclrun: /no/such/hostfile: "), "{err}");
+}
