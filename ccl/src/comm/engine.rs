@@ -79,10 +79,12 @@ pub(crate) struct Engine {
     detached: HashSet<u64>,
     next: u64,
     broken: Option<String>,
+    spins: u32,
 }
 
 impl Engine {
-    pub fn new(conns: Conns, rank: usize) -> Self {
+    /// An engine re-polling `spins` times before it yields (see [`Backoff::spins_for`]).
+    pub fn new(conns: Conns, rank: usize, spins: u32) -> Self {
         Engine {
             conns,
             rank,
@@ -91,6 +93,7 @@ impl Engine {
             detached: HashSet::new(),
             next: 0,
             broken: None,
+            spins,
         }
     }
 
@@ -172,7 +175,7 @@ impl Engine {
 
     /// Drives the queue until call `id` has finished; its result.
     pub fn wait(&mut self, id: u64) -> Result<()> {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::with_spins(self.spins);
         loop {
             if let Some(r) = self.results.remove(&id) {
                 return r;

@@ -10,6 +10,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{Conns, Exec};
 use crate::op::ReduceOp;
 use crate::topo::Hosts;
+use crate::transport::doorbell::Backoff;
 use crate::transport::Registry;
 use crate::{tune, BitOr, Reduce};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,7 +68,9 @@ impl Group {
             return Err(Error::internal(format!("rank {rank} of {size}, hosts for {}", hosts.nranks())));
         }
         let conns = Conns::new(Arc::clone(&registry), id, rank, Arc::clone(&endpoints), config.slot_bytes());
-        let engine = Mutex::new(Engine::new(conns, rank));
+        let local = hosts.groups().iter().find(|g| g.contains(&rank)).map_or(1, Vec::len);
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let engine = Mutex::new(Engine::new(conns, rank, Backoff::spins_for(local, cores)));
         let inner = Inner {
             rank,
             size,

@@ -93,19 +93,38 @@ fn futex_wake(_word: &AtomicU32) {}
 #[derive(Debug)]
 pub struct Backoff {
     step: u32,
+    spins: u32,
 }
 
-/// Re-polls before yielding.
+/// Re-polls before yielding when ranks share cores: short, so the rank
+/// that would make progress gets the core.
 const SPINS: u32 = 64;
+/// Re-polls before yielding when every rank of the host has its own core:
+/// long enough to cover a peer's turnaround without a futex round trip.
+pub const SPINS_DEDICATED: u32 = 2048;
 /// Yields before sleeping.
 const YIELDS: u32 = 8;
 /// Longest single sleep: bounds how late a deadline or abort is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 
 impl Backoff {
-    /// A fresh backoff (spinning first).
+    /// A fresh backoff (spinning first) for ranks that share cores.
     pub fn new() -> Self {
-        Backoff { step: 0 }
+        Backoff { step: 0, spins: SPINS }
+    }
+
+    /// A fresh backoff that re-polls `spins` times before yielding.
+    pub fn with_spins(spins: u32) -> Self {
+        Backoff { step: 0, spins }
+    }
+
+    /// The spin budget for `local_ranks` ranks on a host with `cores` cores.
+    pub fn spins_for(local_ranks: usize, cores: usize) -> u32 {
+        if local_ranks <= cores {
+            SPINS_DEDICATED
+        } else {
+            SPINS
+        }
     }
 
     /// Progress was made: start again from spinning.
@@ -117,9 +136,9 @@ impl Backoff {
     /// calls `sleep` with how long it may sleep (never past `deadline`).
     pub fn snooze(&mut self, deadline: Instant, sleep: impl FnOnce(Duration)) {
         self.step = self.step.saturating_add(1);
-        if self.step <= SPINS {
+        if self.step <= self.spins {
             std::hint::spin_loop();
-        } else if self.step <= SPINS + YIELDS {
+        } else if self.step <= self.spins + YIELDS {
             std::thread::yield_now();
         } else {
             let left = deadline.saturating_duration_since(Instant::now());
