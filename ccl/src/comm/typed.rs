@@ -28,8 +28,22 @@ fn size_err(what: &'static str, expected: usize, got: usize) -> Error {
     Error::new(ErrorKind::BufferSize { what, expected, got })
 }
 
-fn split_err(len: usize, ranks: usize) -> Error {
-    Error::new(ErrorKind::NotDivisible { len, ranks })
+/// `Ok` when `len` elements split evenly over `ranks`.
+fn divisible(len: usize, ranks: usize) -> Result<()> {
+    if len.is_multiple_of(ranks) {
+        Ok(())
+    } else {
+        Err(Error::new(ErrorKind::NotDivisible { len, ranks }))
+    }
+}
+
+/// `Ok` when a buffer (`what`) holds exactly `expected` elements.
+fn exact(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(size_err(what, expected, got))
+    }
 }
 
 impl<T: Reduce> Communicator<T> {
@@ -113,13 +127,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_reduce_into<O: ReduceOp<T>>(&self, send: &[T], recv: &mut [T], _op: O) -> Result<()> {
         let rl = recv.len();
         let n = send.len();
-        let check = || {
-            if rl == n {
-                Ok(())
-            } else {
-                Err(size_err("recv buffer", n, rl))
-            }
-        };
+        let check = || exact("recv buffer", n, rl);
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
         self.blocking::<O>(Coll::AllReduce, check, || self.call(Coll::AllReduce, n, 0, i, o, false))
     }
@@ -178,13 +186,7 @@ impl<T: Reduce> Communicator<T> {
         let rl = recv.len();
         let n = send.len();
         let want = n.saturating_mul(self.size());
-        let check = || {
-            if rl == want {
-                Ok(())
-            } else {
-                Err(size_err("recv buffer", want, rl))
-            }
-        };
+        let check = || exact("recv buffer", want, rl);
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
         self.blocking::<NoOp>(Coll::AllGather, check, || self.call(Coll::AllGather, n, 0, i, o, false))
     }
@@ -193,13 +195,7 @@ impl<T: Reduce> Communicator<T> {
     /// (at `rank × len/size`) is its contribution.
     pub fn all_gather_in_place(&self, buf: &mut [T]) -> Result<()> {
         let (len, s) = (buf.len(), self.size());
-        let check = || {
-            if len.is_multiple_of(s) {
-                Ok(())
-            } else {
-                Err(split_err(len, s))
-            }
-        };
+        let check = || divisible(len, s);
         let p = buf.as_mut_ptr();
         self.blocking::<NoOp>(Coll::AllGather, check, || self.call(Coll::AllGather, len / s, 0, p, p, true))
     }
@@ -207,16 +203,9 @@ impl<T: Reduce> Communicator<T> {
     /// Reduces `send` (`size × recv.len()`) over all ranks; rank `r` gets
     /// block `r` of the result in `recv`.
     pub fn reduce_scatter<O: ReduceOp<T>>(&self, send: &[T], recv: &mut [T], _op: O) -> Result<()> {
-        let rl = recv.len();
-        let n = rl;
+        let n = recv.len();
         let want = n.saturating_mul(self.size());
-        let check = || {
-            if send.len() == want {
-                Ok(())
-            } else {
-                Err(size_err("send buffer", want, send.len()))
-            }
-        };
+        let check = || exact("send buffer", want, send.len());
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
         self.blocking::<O>(Coll::ReduceScatter, check, || self.call(Coll::ReduceScatter, n, 0, i, o, false))
     }
@@ -226,13 +215,7 @@ impl<T: Reduce> Communicator<T> {
     /// Other blocks are left as they were.
     pub fn reduce_scatter_in_place<O: ReduceOp<T>>(&self, buf: &mut [T], _op: O) -> Result<()> {
         let (len, s) = (buf.len(), self.size());
-        let check = || {
-            if len.is_multiple_of(s) {
-                Ok(())
-            } else {
-                Err(split_err(len, s))
-            }
-        };
+        let check = || divisible(len, s);
         let p = buf.as_mut_ptr();
         self.blocking::<O>(Coll::ReduceScatter, check, || self.call(Coll::ReduceScatter, len / s, 0, p, p, true))
     }
@@ -242,15 +225,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_to_all(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let rl = recv.len();
         let (len, s) = (send.len(), self.size());
-        let check = || {
-            if rl != len {
-                return Err(size_err("recv buffer", len, rl));
-            }
-            if !len.is_multiple_of(s) {
-                return Err(split_err(len, s));
-            }
-            Ok(())
-        };
+        let check = || exact("recv buffer", len, rl).and_then(|()| divisible(len, s));
         let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
         self.blocking::<NoOp>(Coll::AllToAll, check, || self.call(Coll::AllToAll, len / s, 0, i, o, false))
     }
@@ -258,13 +233,7 @@ impl<T: Reduce> Communicator<T> {
     /// All-to-all in place on `buf` (`size × count`).
     pub fn all_to_all_in_place(&self, buf: &mut [T]) -> Result<()> {
         let (len, s) = (buf.len(), self.size());
-        let check = || {
-            if len.is_multiple_of(s) {
-                Ok(())
-            } else {
-                Err(split_err(len, s))
-            }
-        };
+        let check = || divisible(len, s);
         let p = buf.as_mut_ptr();
         self.blocking::<NoOp>(Coll::AllToAll, check, || self.call(Coll::AllToAll, len / s, 0, p, p, true))
     }
@@ -344,13 +313,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn ireduce_scatter<O: ReduceOp<T>>(&self, send: Vec<T>, _op: O) -> Request<Vec<T>> {
         let (len, s) = (send.len(), self.size());
         let mut out = vec![T::zeroed(); len / s];
-        let check = || {
-            if len.is_multiple_of(s) {
-                Ok(())
-            } else {
-                Err(split_err(len, s))
-            }
-        };
+        let check = || divisible(len, s);
         let (i, o) = (send.as_ptr(), out.as_mut_ptr());
         let call = self.call(Coll::ReduceScatter, len / s, 0, i, o, false);
         self.start::<O, _>(Coll::ReduceScatter, check, call, move || {
@@ -362,13 +325,7 @@ impl<T: Reduce> Communicator<T> {
     /// Non-blocking [`all_to_all_in_place`](Self::all_to_all_in_place); the request returns `buf`.
     pub fn iall_to_all(&self, mut buf: Vec<T>) -> Request<Vec<T>> {
         let (len, s) = (buf.len(), self.size());
-        let check = || {
-            if len.is_multiple_of(s) {
-                Ok(())
-            } else {
-                Err(split_err(len, s))
-            }
-        };
+        let check = || divisible(len, s);
         let p = buf.as_mut_ptr();
         self.start::<NoOp, _>(Coll::AllToAll, check, self.call(Coll::AllToAll, len / s, 0, p, p, true), move || buf)
     }
