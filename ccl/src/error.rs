@@ -110,6 +110,15 @@ pub enum ErrorKind {
         /// Bytes that arrived.
         got: usize,
     },
+    /// A peer made a different call (another collective, type, count,
+    /// operator, root, or a different order of calls).
+    #[error("this rank called {ours} but the peer called {theirs}")]
+    Mismatch {
+        /// This rank's call.
+        ours: String,
+        /// The peer's call, as its fingerprint tells.
+        theirs: String,
+    },
     /// The call did not finish before its deadline.
     #[error("timed out after {secs:.1} s {waiting}")]
     Timeout {

@@ -154,8 +154,11 @@ fn mismatched_counts_are_reported_not_misread() {
         }
     });
     let e = out[1].clone().expect("receiver fails");
-    assert!(matches!(e.kind(), ErrorKind::MessageSize { expected: 12, got: 20 }), "{e}");
-    assert!(e.to_string().contains("peer 0"), "{e}");
+    assert!(matches!(e.kind(), ErrorKind::Mismatch { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "rank 1, recv #0, peer 0: this rank called send/recv(6 × u16 of 2 B) #0 but the peer called send/recv(10 × u16 of 2 B) #0"
+    );
 }
 
 #[test]
@@ -174,4 +177,74 @@ fn a_panicking_rank_fails_its_peers_instead_of_hanging() {
     });
     assert!(r.is_err(), "the panic is re-raised");
     assert!(t.elapsed() < Duration::from_secs(30), "peers noticed long before their deadline");
+}
+
+/// Ranks that make different calls fail on the first message, and the
+/// error shows both calls, instead of hanging or misreading data.
+#[test]
+fn mismatched_calls_fail_with_both_fingerprints() {
+    type Case = (&'static str, fn(&ccl::Group) -> ccl::Result<()>, &'static str);
+    let cases: [Case; 5] = [
+        (
+            "another collective",
+            |g| {
+                let mut v = vec![1.0f32; 1000];
+                if g.rank() == 1 {
+                    g.typed::<f32>().broadcast(&mut v, 0)
+                } else {
+                    g.typed::<f32>().all_reduce(&mut v, Sum)
+                }
+            },
+            "broadcast(1000 × f32 of 4 B) #0",
+        ),
+        (
+            "another count",
+            |g| {
+                let mut v = vec![1.0f32; if g.rank() == 1 { 999 } else { 1000 }];
+                g.typed::<f32>().all_reduce(&mut v, Sum)
+            },
+            "all_reduce(999 × f32 of 4 B, sum) #0",
+        ),
+        (
+            "another type",
+            |g| {
+                if g.rank() == 1 {
+                    g.typed::<i32>().all_reduce(&mut [1i32; 1000], Sum)
+                } else {
+                    g.typed::<f32>().all_reduce(&mut [1.0f32; 1000], Sum)
+                }
+            },
+            "all_reduce(1000 × i32 of 4 B, sum) #0",
+        ),
+        (
+            "another operator",
+            |g| {
+                let mut v = vec![1.0f32; 1000];
+                if g.rank() == 1 {
+                    g.typed::<f32>().all_reduce(&mut v, Max)
+                } else {
+                    g.typed::<f32>().all_reduce(&mut v, Sum)
+                }
+            },
+            "all_reduce(1000 × f32 of 4 B, max) #0",
+        ),
+        (
+            "another root",
+            |g| {
+                let mut v = vec![1u64; 100];
+                g.typed::<u64>().broadcast(&mut v, if g.rank() == 1 { 2 } else { 0 })
+            },
+            "broadcast(100 × u64 of 8 B, root 2) #0",
+        ),
+    ];
+    for (what, call, theirs) in cases {
+        let job = LocalJob::new(3).config(quick(1500));
+        let out = job.run(|g| call(&g).err());
+        let mismatch: Vec<_> =
+            out.iter().flatten().filter(|e| matches!(e.kind(), ErrorKind::Mismatch { .. })).collect();
+        assert!(!mismatch.is_empty(), "{what}: {out:?}");
+        // rank 1's call shows in a mismatch error, as ours or as the peer's
+        let shown = mismatch.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n");
+        assert!(shown.contains(theirs) && shown.contains(" but the peer called "), "{what}: {shown}");
+    }
 }

@@ -89,6 +89,18 @@ fn a_rank_killed_mid_all_reduce_ends_the_job_with_137() {
     assert!(t.elapsed() < Duration::from_secs(30));
 }
 
+#[test]
+fn mismatched_calls_end_the_job_with_both_calls_named() {
+    for transport in ["CCL_SHM_DISABLE=0", "CCL_SHM_DISABLE=1"] {
+        let o = run(&["-np", "3", "-x", transport, "-x", "CCL_TIMEOUT=20", FAULT, "mismatch", "1"]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("but the peer called"), "{transport}: {err}");
+        assert!(err.contains("broadcast(262144 × f32 of 4 B) #0"), "{transport}: {err}");
+        assert!(err.contains("all_reduce(262144 × f32 of 4 B, sum) #0"), "{transport}: {err}");
+    }
+}
+
 fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     unsafe { libc::kill(pid, 0) == 0 }

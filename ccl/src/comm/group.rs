@@ -7,6 +7,7 @@ use super::typed::Communicator;
 use crate::algo::{self, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
+use crate::exec::fingerprint::Fingerprint;
 use crate::exec::{Conns, Exec};
 use crate::op::ReduceOp;
 use crate::topo::Hosts;
@@ -149,11 +150,13 @@ impl Group {
         let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
+        let op_name = call.coll.reduces().then_some(O::NAME);
+        let fp = Fingerprint::new(call.coll, std::mem::size_of::<T>(), T::NAME, op_name, call.count, call.root, seq);
         self.with_engine(|eng| {
             eng.check_usable()?;
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe {
-                Exec::<T, O>::new(sched, layout, call.input, call.output, choice.slot_elems, &mut eng.conns, base)?
+                Exec::<T, O>::new(sched, layout, call.input, call.output, choice.slot_elems, &mut eng.conns, base, fp)?
             };
             let uses = exec.uses(&eng.conns);
             let op = CallOp { exec, uses, finish_ranks, on_done };

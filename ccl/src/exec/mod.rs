@@ -9,6 +9,7 @@
 //! slot, and nothing is copied twice.
 
 mod conns;
+pub mod fingerprint;
 
 pub use conns::Conns;
 
@@ -31,6 +32,7 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     pcs: Vec<(usize, usize)>,
     links: Vec<Vec<Link>>,
     slot_elems: usize,
+    fp: fingerprint::Words,
     _op: PhantomData<O>,
 }
 
@@ -58,6 +60,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         slot_elems: usize,
         conns: &mut Conns,
         channel_base: u32,
+        fp: fingerprint::Fingerprint,
     ) -> Result<Self> {
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
@@ -85,7 +88,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let scratch = vec![T::zeroed(); sched.scratch];
         let pcs = vec![(0, 0); sched.channels.len()];
         let input = if layout.in_place.is_some() { output as *const T } else { input };
-        Ok(Exec { sched, layout, input, output, scratch, pcs, links, slot_elems, _op: PhantomData })
+        Ok(Exec { sched, layout, input, output, scratch, pcs, links, slot_elems, fp: fp.words(), _op: PhantomData })
     }
 
     /// Whether every channel has finished.
@@ -187,12 +190,16 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         // claim the incoming and outgoing slots before touching anything
         let incoming = match ri {
             Some(ri) => match conns.recv_at(ri).peek().map_err(|e| e.with_peer(st.recv_peer().unwrap_or(0)))? {
-                Some((p, bytes)) => {
+                Some((p, bytes, fp)) => {
+                    let peer = st.recv_peer().unwrap_or(0);
+                    if fp != self.fp {
+                        let ours = fingerprint::Fingerprint::describe(&self.fp);
+                        let theirs = fingerprint::Fingerprint::describe(&fp);
+                        return Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(peer));
+                    }
                     if bytes != n * size {
-                        let peer = st.recv_peer().unwrap_or(0);
-                        return Err(
-                            Error::new(ErrorKind::MessageSize { expected: n * size, got: bytes }).with_peer(peer)
-                        );
+                        let e = Error::new(ErrorKind::MessageSize { expected: n * size, got: bytes });
+                        return Err(e.with_peer(peer));
                     }
                     Some(p as *const T)
                 }
@@ -268,7 +275,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         }
         if let Some(si) = si {
-            conns.send_at(si).post(n * size);
+            conns.send_at(si).post(n * size, &self.fp);
         }
         if let Some(ri) = ri {
             conns.recv_at(ri).release();

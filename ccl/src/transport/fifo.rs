@@ -83,8 +83,19 @@ impl FifoMem {
         2 * std::mem::size_of::<Counter>()
     }
 
+    fn fps_off(nslots: usize) -> usize {
+        (Self::lens_off() + nslots * 4).div_ceil(8) * 8
+    }
+
     fn data_off(nslots: usize) -> usize {
-        (Self::lens_off() + nslots * 4).div_ceil(SLOT_ALIGN) * SLOT_ALIGN
+        (Self::fps_off(nslots) + nslots * 32).div_ceil(SLOT_ALIGN) * SLOT_ALIGN
+    }
+
+    fn fp_of(&self, slot: usize) -> &[AtomicU64; 4] {
+        debug_assert!(slot < self.nslots);
+        // SAFETY: `slot < nslots`, so the four u64 lie inside the fingerprint
+        // array, 8-aligned, zero-initialised; AtomicU64 accepts any bits.
+        unsafe { &*(self.base.add(Self::fps_off(self.nslots) + 32 * slot) as *const [AtomicU64; 4]) }
     }
 
     fn head(&self) -> &AtomicU64 {
@@ -159,10 +170,13 @@ impl FifoSend {
             .then(|| self.mem.slot_ptr((self.head % self.mem.nslots as u64) as usize))
     }
 
-    /// Publishes the reserved slot holding `bytes` bytes.
-    pub fn post(&mut self, bytes: usize) {
+    /// Publishes the reserved slot holding `bytes` bytes of the call `fp`.
+    pub fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
         let slot = (self.head % self.mem.nslots as u64) as usize;
         self.mem.len_of(slot).store(bytes as u32, Ordering::Relaxed);
+        for (w, v) in self.mem.fp_of(slot).iter().zip(fp) {
+            w.store(*v, Ordering::Relaxed);
+        }
         self.head += 1;
         self.mem.head().store(self.head, Ordering::Release);
         self.receiver.as_ref().as_ref().ring();
@@ -181,12 +195,13 @@ impl FifoRecv {
         FifoRecv { mem, tail, sender }
     }
 
-    /// The oldest posted slot and its length, if any.
-    pub fn peek(&mut self) -> Option<(*const u8, usize)> {
+    /// The oldest posted slot, its length and its call's fingerprint, if any.
+    pub fn peek(&mut self) -> Option<(*const u8, usize, [u64; 4])> {
         let head = self.mem.head().load(Ordering::Acquire);
         (head > self.tail).then(|| {
             let slot = (self.tail % self.mem.nslots as u64) as usize;
-            (self.mem.slot_ptr(slot) as *const u8, self.mem.len_of(slot).load(Ordering::Relaxed) as usize)
+            let fp = self.mem.fp_of(slot).each_ref().map(|w| w.load(Ordering::Relaxed));
+            (self.mem.slot_ptr(slot) as *const u8, self.mem.len_of(slot).load(Ordering::Relaxed) as usize, fp)
         })
     }
 
@@ -220,11 +235,12 @@ mod tests {
             assert_eq!(p as usize % SLOT_ALIGN, 0);
             // SAFETY: the reserved slot is ours until posted; 128 bytes.
             unsafe { p.write(i) };
-            tx.post(1 + i as usize);
+            tx.post(1 + i as usize, &[i as u64; 4]);
         }
         assert!(tx.reserve().is_none(), "full after 4");
         for i in 0..4u8 {
-            let (p, len) = rx.peek().expect("posted");
+            let (p, len, fp) = rx.peek().expect("posted");
+            assert_eq!(fp, [i as u64; 4]);
             // SAFETY: the peeked slot is ours until released.
             assert_eq!(unsafe { p.read() }, i);
             assert_eq!(len, 1 + i as usize);
@@ -247,7 +263,7 @@ mod tests {
                     if let Some(p) = tx.reserve() {
                         // SAFETY: reserved slot, 64-aligned, 64 bytes.
                         unsafe { (p as *mut u64).write(i) };
-                        tx.post(8);
+                        tx.post(8, &[0; 4]);
                         break;
                     }
                     std::thread::yield_now();
@@ -256,7 +272,7 @@ mod tests {
         });
         let mut next = 0;
         while next < n {
-            if let Some((p, _)) = rx.peek() {
+            if let Some((p, _, _)) = rx.peek() {
                 // SAFETY: peeked slot holds the u64 written before the post.
                 assert_eq!(unsafe { (p as *const u64).read() }, next);
                 rx.release();

@@ -89,16 +89,17 @@ impl SendConn {
             SendConn::Tcp(t) => t.reserve_slot()?,
         })
     }
-    /// Publishes the slot [`reserve`](Self::reserve) returned, holding `bytes` bytes.
-    pub fn post(&mut self, bytes: usize) {
+    /// Publishes the slot [`reserve`](Self::reserve) returned, holding
+    /// `bytes` bytes of the call whose fingerprint is `fp`.
+    pub fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
         match self {
-            SendConn::Fifo(f) => f.post(bytes),
+            SendConn::Fifo(f) => f.post(bytes, fp),
             SendConn::Shm(l, _) => {
                 if let Ok(Some(f)) = l.get() {
-                    f.post(bytes)
+                    f.post(bytes, fp)
                 }
             }
-            SendConn::Tcp(t) => t.post_slot(bytes),
+            SendConn::Tcp(t) => t.post_slot(bytes, fp),
         }
     }
     /// Pushes staged data on (TCP); a no-op for memory FIFOs.
@@ -119,8 +120,9 @@ impl SendConn {
 }
 
 impl RecvConn {
-    /// The oldest arrived slot and its length in bytes, if any.
-    pub fn peek(&mut self) -> Result<Option<(*const u8, usize)>> {
+    /// The oldest arrived slot, its length in bytes and the sender's call
+    /// fingerprint, if any.
+    pub fn peek(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
         Ok(match self {
             RecvConn::Fifo(f) => f.peek(),
             RecvConn::Shm(l, _) => l.get()?.and_then(|f| f.peek()),

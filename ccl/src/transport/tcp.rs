@@ -28,6 +28,23 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 const MAGIC: &[u8; 4] = b"CCLT";
+/// Frame header: payload length (u32) and the call's fingerprint (4 × u64).
+const HEADER: usize = 4 + 32;
+
+fn header(len: usize, fp: &[u64; 4]) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    for (i, w) in fp.iter().enumerate() {
+        h[4 + 8 * i..12 + 8 * i].copy_from_slice(&w.to_le_bytes());
+    }
+    h
+}
+
+fn parse_header(h: &[u8; HEADER]) -> (usize, [u64; 4]) {
+    let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+    let word = |i: usize| u64::from_le_bytes(h[4 + 8 * i..12 + 8 * i].try_into().unwrap_or([0; 8]));
+    (len, [word(0), word(1), word(2), word(3)])
+}
 const HELLO: usize = 4 + 8 + 8 + 8 + 4 + 4 + 4 + 16 + 32;
 
 /// A connection as a receiver knows it: (communicator, sender, channel).
@@ -195,7 +212,7 @@ impl Drop for Slots {
 
 struct SendSock {
     stream: TcpStream,
-    queue: VecDeque<(usize, usize)>,
+    queue: VecDeque<(usize, usize, [u64; 4])>,
     off: usize,
     flag: Arc<SockFlag>,
 }
@@ -218,19 +235,18 @@ impl TcpSend {
             return Err(e.clone());
         }
         for s in &mut self.socks {
-            while let Some(&(slot, len)) = s.queue.front() {
-                let header = (len as u32).to_le_bytes();
-                let r = if s.off < 4 {
-                    s.stream.write(&header[s.off..])
+            while let Some(&(slot, len, fp)) = s.queue.front() {
+                let r = if s.off < HEADER {
+                    s.stream.write(&header(len, &fp)[s.off..])
                 } else {
                     let data = self.slots.bytes(slot, len);
-                    s.stream.write(&data[s.off - 4..])
+                    s.stream.write(&data[s.off - HEADER..])
                 };
                 match r {
                     Ok(0) => return Err(self.fail("connection closed")),
                     Ok(n) => {
                         s.off += n;
-                        if s.off == 4 + len {
+                        if s.off == HEADER + len {
                             s.queue.pop_front();
                             s.off = 0;
                             self.free.push(slot);
@@ -263,10 +279,10 @@ impl TcpSend {
         Ok(self.reserved.map(|s| self.slots.ptr(s)))
     }
 
-    fn post(&mut self, bytes: usize) {
+    fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
         if let Some(slot) = self.reserved.take() {
             let k = self.socks.len();
-            self.socks[self.next % k].queue.push_back((slot, bytes));
+            self.socks[self.next % k].queue.push_back((slot, bytes, *fp));
             self.next += 1;
             let _ = self.pump();
         }
@@ -288,7 +304,7 @@ struct RecvSock {
     stream: TcpStream,
     closed: bool,
     next: usize,
-    header: [u8; 4],
+    header: [u8; HEADER],
     off: usize,
     _flag: Arc<SockFlag>,
 }
@@ -300,6 +316,7 @@ pub struct TcpRecv {
     socks: Vec<RecvSock>,
     slots: Slots,
     lens: Vec<usize>,
+    fps: Vec<[u64; 4]>,
     ready: Vec<bool>,
     tail: usize,
 }
@@ -315,7 +332,7 @@ impl TcpRecv {
                     .enumerate()
                     .map(|(i, stream)| {
                         let flag = self.shared.watch(&stream, true);
-                        RecvSock { stream, closed: false, next: i, header: [0; 4], off: 0, _flag: flag }
+                        RecvSock { stream, closed: false, next: i, header: [0; HEADER], off: 0, _flag: flag }
                     })
                     .collect();
                 debug_assert_eq!(k, self.shared.nsocks);
@@ -330,11 +347,11 @@ impl TcpRecv {
             // read ahead while the message this socket carries next has a free slot
             while !s.closed && s.next < self.tail + n {
                 let slot = s.next % n;
-                let r = if s.off < 4 {
+                let r = if s.off < HEADER {
                     s.stream.read(&mut s.header[s.off..])
                 } else {
-                    let len = u32::from_le_bytes(s.header) as usize;
-                    s.stream.read(&mut self.slots.bytes(slot, len)[s.off - 4..])
+                    let (len, _) = parse_header(&s.header);
+                    s.stream.read(&mut self.slots.bytes(slot, len)[s.off - HEADER..])
                 };
                 match r {
                     // the peer closed: an error only if we still need a message from it
@@ -342,14 +359,15 @@ impl TcpRecv {
                     Ok(0) => return Err(self.lost("connection closed in the middle of a message")),
                     Ok(got) => {
                         s.off += got;
-                        let len = u32::from_le_bytes(s.header) as usize;
-                        if s.off >= 4 && len > slot_bytes {
+                        let (len, fp) = parse_header(&s.header);
+                        if s.off >= HEADER && len > slot_bytes {
                             return Err(Error::transport(format!(
                                 "frame of {len} bytes exceeds a slot of {slot_bytes}"
                             )));
                         }
-                        if s.off == 4 + len && s.off >= 4 {
+                        if s.off >= HEADER && s.off == HEADER + len {
                             self.lens[slot] = len;
+                            self.fps[slot] = fp;
                             self.ready[slot] = true;
                             s.next += k;
                             s.off = 0;
@@ -368,7 +386,7 @@ impl TcpRecv {
         Error::new(ErrorKind::PeerLost { rank: self.key.1, host: "tcp".into(), why: why.into() })
     }
 
-    fn peek(&mut self) -> Result<Option<(*const u8, usize)>> {
+    fn peek(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
         if !self.connect() {
             return Ok(None);
         }
@@ -377,7 +395,7 @@ impl TcpRecv {
         if !self.ready[slot] && self.socks[self.tail % self.socks.len()].closed {
             return Err(self.lost("connection closed"));
         }
-        Ok(self.ready[slot].then(|| (self.slots.ptr(slot) as *const u8, self.lens[slot])))
+        Ok(self.ready[slot].then(|| (self.slots.ptr(slot) as *const u8, self.lens[slot], self.fps[slot])))
     }
 
     fn release(&mut self) {
@@ -461,6 +479,7 @@ impl Transport for Tcp {
             socks: Vec::new(),
             slots: Slots::new(self.nslots, self.slot_bytes)?,
             lens: vec![0; self.nslots],
+            fps: vec![[0; 4]; self.nslots],
             ready: vec![false; self.nslots],
             tail: 0,
         }))
@@ -502,8 +521,8 @@ impl TcpSend {
     pub(crate) fn reserve_slot(&mut self) -> Result<Option<*mut u8>> {
         self.reserve()
     }
-    pub(crate) fn post_slot(&mut self, bytes: usize) {
-        self.post(bytes)
+    pub(crate) fn post_slot(&mut self, bytes: usize, fp: &[u64; 4]) {
+        self.post(bytes, fp)
     }
     pub(crate) fn slot_bytes(&self) -> usize {
         self.slots.slot_bytes
@@ -511,7 +530,7 @@ impl TcpSend {
 }
 
 impl TcpRecv {
-    pub(crate) fn peek_slot(&mut self) -> Result<Option<(*const u8, usize)>> {
+    pub(crate) fn peek_slot(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
         self.peek()
     }
     pub(crate) fn release_slot(&mut self) {

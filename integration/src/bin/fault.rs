@@ -3,7 +3,8 @@
 //! `fault exit R C`: after one all-reduce, rank R exits with code C; the
 //! others try another and report what they get. `fault kill R`: all-reduce
 //! in a loop; rank R SIGKILLs itself on the 5th iteration. `fault hang`:
-//! print the pid, then sleep (for signal tests).
+//! print the pid, then sleep (for signal tests). `fault mismatch R`: rank R
+//! calls broadcast while the others call all_reduce.
 
 use ccl::Sum;
 
@@ -38,10 +39,18 @@ fn main() {
                 comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
             }
         }
+        Some("mismatch") => {
+            // rank R calls broadcast where everyone else calls all_reduce
+            if g.rank() == arg(1) {
+                comm.broadcast(&mut buf, 0).unwrap_or_else(|e| report(e));
+            } else {
+                comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            }
+        }
         Some("hang") => {
             println!("pid {}", std::process::id());
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
-        _ => eprintln!("usage: fault exit R C | kill R | hang"),
+        _ => eprintln!("usage: fault exit R C | kill R | mismatch R | hang"),
     }
 }

@@ -1,0 +1,140 @@
+//! Call fingerprints: every slot carries a 32-byte summary of the sender's
+//! call, and the receiver compares it with its own. Ranks that disagree —
+//! a different collective, element type, count, operator, root, or call
+//! order — fail on the first message with both sides' calls in the error,
+//! instead of hanging or reading data of another shape.
+
+use crate::algo::Coll;
+use std::fmt;
+
+/// The words a slot carries: call kind, element size and root; count;
+/// type and operator name hashes; sequence number.
+pub type Words = [u64; 4];
+
+/// What a call is, as its peers must agree on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// The collective (send and recv compare as one point-to-point kind).
+    pub coll: Coll,
+    /// Element size in bytes.
+    pub elem_size: u32,
+    /// Hash of the element type's name.
+    pub type_hash: u32,
+    /// Hash of the operator's name (0 for calls that do not reduce).
+    pub op_hash: u32,
+    /// Element count.
+    pub count: u64,
+    /// Root (0 for calls without one, and for point-to-point).
+    pub root: u32,
+    /// Sequence number on the communicator (0 for point-to-point, whose
+    /// numbering differs between the two ranks).
+    pub seq: u64,
+}
+
+/// FNV-1a of a name, folded to 32 bits.
+pub fn name_hash(name: &str) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h ^ (h >> 32)) as u32
+}
+
+const P2P: u8 = 0xff;
+
+fn coll_code(c: Coll) -> u8 {
+    match c {
+        Coll::Send | Coll::Recv => P2P,
+        other => Coll::ALL.iter().position(|&x| x == other).unwrap_or(0) as u8,
+    }
+}
+
+impl Fingerprint {
+    /// The fingerprint of a call.
+    pub fn new(
+        coll: Coll,
+        elem_size: usize,
+        type_name: &str,
+        op_name: Option<&str>,
+        count: usize,
+        root: usize,
+        seq: u64,
+    ) -> Self {
+        let p2p = matches!(coll, Coll::Send | Coll::Recv);
+        Fingerprint {
+            coll,
+            elem_size: elem_size as u32,
+            type_hash: name_hash(type_name),
+            op_hash: op_name.map_or(0, name_hash),
+            count: count as u64,
+            root: if p2p || !coll.rooted() { 0 } else { root as u32 },
+            seq: if p2p { 0 } else { seq },
+        }
+    }
+
+    /// The words to put in a slot.
+    pub fn words(&self) -> Words {
+        [
+            u64::from(coll_code(self.coll)) | u64::from(self.elem_size) << 8 | u64::from(self.root) << 32,
+            self.count,
+            u64::from(self.type_hash) | u64::from(self.op_hash) << 32,
+            self.seq,
+        ]
+    }
+
+    /// Describes the call that sent `w`, naming its type and operator when
+    /// they are among ccl's own.
+    pub fn describe(w: &Words) -> String {
+        let code = (w[0] & 0xff) as u8;
+        let coll = if code == P2P {
+            "send/recv".to_string()
+        } else {
+            Coll::ALL.get(code as usize).map_or("?".into(), |c| c.name().into())
+        };
+        let size = (w[0] >> 8) & 0xff_ffff;
+        let root = w[0] >> 32;
+        let (th, oh) = (w[2] as u32, (w[2] >> 32) as u32);
+        let ty = KNOWN_TYPES.iter().find(|t| name_hash(t) == th).map_or(format!("type#{th:08x}"), |t| t.to_string());
+        let op = match oh {
+            0 => String::new(),
+            h => format!(
+                ", {}",
+                KNOWN_OPS.iter().find(|o| name_hash(o) == h).map_or(format!("op#{h:08x}"), |o| o.to_string())
+            ),
+        };
+        let root = if code != P2P && root != 0 { format!(", root {root}") } else { String::new() };
+        format!("{coll}({} × {ty} of {size} B{op}{root}) #{}", w[1], w[3])
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&Fingerprint::describe(&self.words()))
+    }
+}
+
+const KNOWN_TYPES: [&str; 14] =
+    ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "isize", "usize", "f32", "f64", "f16", "bf16"];
+const KNOWN_OPS: [&str; 8] = ["sum", "prod", "min", "max", "avg", "band", "bor", "bxor"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_show_and_p2p_ignores_numbering() {
+        let a = Fingerprint::new(Coll::AllReduce, 4, "f32", Some("sum"), 1000, 0, 12);
+        assert_eq!(a.to_string(), "all_reduce(1000 × f32 of 4 B, sum) #12");
+        let b = Fingerprint::new(Coll::AllReduce, 4, "i32", Some("sum"), 1000, 0, 12);
+        assert_ne!(a.words(), b.words());
+        let c = Fingerprint::new(Coll::Broadcast, 8, "f64", None, 5, 3, 2);
+        assert_eq!(c.to_string(), "broadcast(5 × f64 of 8 B, root 3) #2");
+        let s = Fingerprint::new(Coll::Send, 2, "u16", None, 7, 1, 40);
+        let r = Fingerprint::new(Coll::Recv, 2, "u16", None, 7, 0, 3);
+        assert_eq!(s.words(), r.words());
+        assert_eq!(s.to_string(), "send/recv(7 × u16 of 2 B) #0");
+        let user = Fingerprint::new(Coll::AllReduce, 24, "app::Moments", Some("sum"), 1, 0, 0);
+        assert!(user.to_string().contains("type#"));
+    }
+}
