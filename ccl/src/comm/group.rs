@@ -8,7 +8,7 @@ use crate::algo::{self, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::fingerprint::Fingerprint;
-use crate::exec::{Conns, Exec};
+use crate::exec::{Conns, Exec, Plan};
 use crate::op::ReduceOp;
 use crate::topo::Hosts;
 use crate::transport::doorbell::Backoff;
@@ -152,12 +152,11 @@ impl Group {
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_name = call.coll.reduces().then_some(O::NAME);
         let fp = Fingerprint::new(call.coll, std::mem::size_of::<T>(), T::NAME, op_name, call.count, call.root, seq);
+        let plan = Plan { sched, layout, slot_elems: choice.slot_elems, channel_base: base, fp };
         self.with_engine(|eng| {
             eng.check_usable()?;
             // SAFETY: forwarded from this function's contract.
-            let exec = unsafe {
-                Exec::<T, O>::new(sched, layout, call.input, call.output, choice.slot_elems, &mut eng.conns, base, fp)?
-            };
+            let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
             let uses = exec.uses(&eng.conns);
             let op = CallOp { exec, uses, finish_ranks, on_done };
             eng.submit(Box::new(op), call.coll.name(), seq, inner.config.timeout)

@@ -42,8 +42,22 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
 // `Exec` is tied to the thread that created it.
 unsafe impl<T: Reduce, O: ReduceOp<T>> Send for Exec<T, O> {}
 
+/// What one call runs, apart from its buffers.
+pub struct Plan {
+    /// This rank's schedule.
+    pub sched: Schedule,
+    /// How input and output map onto memory.
+    pub layout: Layout,
+    /// Elements per slot.
+    pub slot_elems: usize,
+    /// The first connection channel the schedule's channels map to.
+    pub channel_base: u32,
+    /// The call's fingerprint, sent with and checked on every slot.
+    pub fp: fingerprint::Fingerprint,
+}
+
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
-    /// Prepares `sched` over the given buffers, connecting every link it uses.
+    /// Prepares `plan` over the given buffers, connecting every link it uses.
     ///
     /// # Safety
     ///
@@ -52,16 +66,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// elements (in place: `input` is ignored and `output` covers the
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
-    pub unsafe fn new(
-        sched: Schedule,
-        layout: Layout,
-        input: *const T,
-        output: *mut T,
-        slot_elems: usize,
-        conns: &mut Conns,
-        channel_base: u32,
-        fp: fingerprint::Fingerprint,
-    ) -> Result<Self> {
+    pub unsafe fn new(plan: Plan, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
+        let Plan { sched, layout, slot_elems, channel_base, fp } = plan;
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
             return Err(Error::new(ErrorKind::Unsupported(format!(
