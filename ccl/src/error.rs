@@ -140,6 +140,9 @@ pub enum ErrorKind {
     /// A transport failed to connect or move data.
     #[error("transport: {0}")]
     Transport(String),
+    /// `abort()` was called on the communicator.
+    #[error("the communicator was aborted")]
+    Aborted,
     /// A peer process or host is gone.
     #[error("lost rank {rank} on {host}: {why}")]
     PeerLost {

@@ -248,3 +248,49 @@ fn mismatched_calls_fail_with_both_fingerprints() {
         assert!(shown.contains(theirs) && shown.contains(" but the peer called "), "{what}: {shown}");
     }
 }
+
+#[test]
+fn a_per_call_deadline_overrides_the_configured_one() {
+    let job = LocalJob::new(2).config(quick(60_000));
+    let out = job.run(|g| {
+        if g.rank() == 1 {
+            return None; // never joins
+        }
+        let t = Instant::now();
+        let e = g.typed::<u32>().with_timeout(Duration::from_millis(300)).all_reduce(&mut [1u32; 8], Sum).err();
+        Some((e, t.elapsed()))
+    });
+    let (e, took) = out[0].clone().expect("rank 0");
+    let e = e.expect("times out");
+    assert!(matches!(e.kind(), ErrorKind::Timeout { .. }), "{e}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[test]
+fn abort_from_another_thread_ends_a_blocked_call() {
+    let job = LocalJob::new(2).config(quick(60_000));
+    let out = job.run(|g| {
+        if g.rank() == 1 {
+            return None; // never joins
+        }
+        let watchdog = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                g.abort();
+            })
+        };
+        let t = Instant::now();
+        let first = g.typed::<f64>().all_reduce(&mut [1.0; 4], Sum).err();
+        let took = t.elapsed();
+        let _ = watchdog.join();
+        let later = g.barrier().err();
+        Some((first, later, took))
+    });
+    let (first, later, took) = out[0].clone().expect("rank 0");
+    let first = first.expect("aborted");
+    assert!(matches!(first.kind(), ErrorKind::Aborted), "{first}");
+    assert!(first.to_string().starts_with("rank 0, all_reduce #0: the communicator was aborted"), "{first}");
+    assert!(matches!(later.expect("refused").kind(), ErrorKind::Aborted));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}

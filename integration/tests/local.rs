@@ -211,3 +211,35 @@ fn job_timeout_ends_everything_with_124() {
     assert_eq!(o.status.code(), Some(124));
     assert!(text(&o).1.contains("timed out"));
 }
+
+#[test]
+fn sigusr1_makes_a_stuck_rank_print_what_it_waits_for() {
+    use std::io::BufRead;
+    let mut c = Command::new(cclrun())
+        .args(["-np", "2", FAULT, "stuck"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let mut out = std::io::BufReader::new(c.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("pid line");
+    let pid: i32 = line.trim().strip_prefix("pid ").and_then(|p| p.parse().ok()).expect("pid");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = c.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling rank 0, a process of this test's job.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let dumped = rx.recv_timeout(Duration::from_secs(10));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let _ = c.wait();
+    let dumped = dumped.expect("a dump line within 10 s");
+    assert!(dumped.starts_with("ccl: rank 0 on SIGUSR1: all_reduce #0 pending for "), "{dumped}");
+    assert!(dumped.contains("waiting to receive from rank 1"), "{dumped}");
+}

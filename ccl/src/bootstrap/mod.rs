@@ -62,6 +62,7 @@ impl LaunchEnv {
 /// Starts this process's world: from cclrun's environment if present,
 /// else as a lone process.
 pub fn init() -> Result<Group> {
+    crate::comm::install_dump_on_sigusr1();
     let config = Config::from_env()?;
     match LaunchEnv::from_lookup(|k| std::env::var(k).ok())? {
         Some(env) => start(&env, config),

@@ -14,7 +14,34 @@ use crate::op::ReduceOp;
 use crate::transport::doorbell::Backoff;
 use crate::Reduce;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Bumped by the SIGUSR1 handler: every waiting rank then prints its
+/// pending calls to stderr.
+pub(crate) static DUMP_REQUESTS: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_sigusr1(_: libc::c_int) {
+    DUMP_REQUESTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Makes SIGUSR1 print every pending call of every waiting rank of this
+/// process to stderr (what it waits for, and for how long), unless the
+/// program already handles SIGUSR1. `ccl::init()` calls it.
+pub fn install_dump_on_sigusr1() {
+    // SAFETY: querying then installing a handler that only bumps an atomic,
+    // which is async-signal-safe; an existing handler is left in place.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGUSR1, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_sigusr1 as *const () as libc::sighandler_t;
+            act.sa_flags = libc::SA_RESTART;
+            libc::sigaction(libc::SIGUSR1, &act, std::ptr::null_mut());
+        }
+    }
+}
 
 /// A call the engine can drive.
 pub(crate) trait Pending: Send {
@@ -80,11 +107,16 @@ pub(crate) struct Engine {
     next: u64,
     broken: Option<String>,
     spins: u32,
+    aborted: Arc<AtomicBool>,
+    dumps_seen: u32,
+    chatty: bool,
 }
 
 impl Engine {
-    /// An engine re-polling `spins` times before it yields (see [`Backoff::spins_for`]).
-    pub fn new(conns: Conns, rank: usize, spins: u32) -> Self {
+    /// An engine re-polling `spins` times before it yields (see
+    /// [`Backoff::spins_for`]); `aborted` set from anywhere fails its calls;
+    /// `chatty` prints a "still waiting" line every 10 s of a stuck call.
+    pub fn new(conns: Conns, rank: usize, spins: u32, aborted: Arc<AtomicBool>, chatty: bool) -> Self {
         Engine {
             conns,
             rank,
@@ -94,11 +126,17 @@ impl Engine {
             next: 0,
             broken: None,
             spins,
+            aborted,
+            dumps_seen: DUMP_REQUESTS.load(Ordering::Relaxed),
+            chatty,
         }
     }
 
-    /// Refuses new calls after a failure.
+    /// Refuses new calls after a failure or an abort.
     pub fn check_usable(&self) -> Result<()> {
+        if self.aborted.load(Ordering::SeqCst) {
+            return Err(Error::new(ErrorKind::Aborted));
+        }
         match &self.broken {
             Some(why) => Err(Error::new(ErrorKind::Broken(why.clone()))),
             None => Ok(()),
@@ -173,12 +211,40 @@ impl Engine {
         moved
     }
 
+    /// Prints the pending calls (on SIGUSR1, or periodically when chatty).
+    fn dump(&self, why: &str) {
+        for e in &self.queue {
+            eprintln!(
+                "ccl: rank {} {why}: {} #{} pending for {:.1} s: {}",
+                self.rank,
+                e.name,
+                e.seq,
+                e.started.elapsed().as_secs_f64(),
+                e.op.waiting()
+            );
+        }
+    }
+
     /// Drives the queue until call `id` has finished; its result.
     pub fn wait(&mut self, id: u64) -> Result<()> {
         let mut backoff = Backoff::with_spins(self.spins);
+        let mut next_note = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(r) = self.results.remove(&id) {
                 return r;
+            }
+            if self.aborted.load(Ordering::SeqCst) && !self.queue.is_empty() {
+                self.fail(0, Error::new(ErrorKind::Aborted));
+                continue;
+            }
+            let dumps = DUMP_REQUESTS.load(Ordering::Relaxed);
+            if dumps != self.dumps_seen {
+                self.dumps_seen = dumps;
+                self.dump("on SIGUSR1");
+            }
+            if self.chatty && Instant::now() >= next_note {
+                next_note += Duration::from_secs(10);
+                self.dump("still waiting");
             }
             let seen = self.conns.bell().seq();
             if self.progress() {

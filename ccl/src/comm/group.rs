@@ -14,7 +14,7 @@ use crate::topo::Hosts;
 use crate::transport::doorbell::Backoff;
 use crate::transport::Registry;
 use crate::{tune, BitOr, Reduce};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Channel ids from here on carry point-to-point traffic, apart from the
@@ -31,6 +31,7 @@ pub(crate) struct Inner {
     registry: Arc<Registry>,
     seq: AtomicU64,
     splits: AtomicU64,
+    aborted: Arc<AtomicBool>,
     engine: Mutex<Engine>,
 }
 
@@ -52,6 +53,8 @@ pub(crate) struct Call<T> {
     pub input: *const T,
     pub output: *mut T,
     pub in_place: bool,
+    /// Overrides the configured deadline.
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Group {
@@ -71,7 +74,10 @@ impl Group {
         let conns = Conns::new(Arc::clone(&registry), id, rank, Arc::clone(&endpoints), config.slot_bytes());
         let local = hosts.groups().iter().find(|g| g.contains(&rank)).map_or(1, Vec::len);
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let engine = Mutex::new(Engine::new(conns, rank, Backoff::spins_for(local, cores)));
+        let aborted = Arc::new(AtomicBool::new(false));
+        let chatty = config.debug >= crate::config::LogLevel::Info;
+        let engine =
+            Mutex::new(Engine::new(conns, rank, Backoff::spins_for(local, cores), Arc::clone(&aborted), chatty));
         let inner = Inner {
             rank,
             size,
@@ -82,6 +88,7 @@ impl Group {
             registry,
             seq: AtomicU64::new(0),
             splits: AtomicU64::new(0),
+            aborted,
             engine,
         };
         Ok(Group { inner: Arc::new(inner) })
@@ -159,7 +166,7 @@ impl Group {
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
             let uses = exec.uses(&eng.conns);
             let op = CallOp { exec, uses, finish_ranks, on_done };
-            eng.submit(Box::new(op), call.coll.name(), seq, inner.config.timeout)
+            eng.submit(Box::new(op), call.coll.name(), seq, call.timeout.unwrap_or(inner.config.timeout))
         })
     }
 
@@ -177,7 +184,16 @@ impl Group {
 
     fn barrier_call() -> Call<u8> {
         let p = std::ptr::NonNull::<u8>::dangling().as_ptr();
-        Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false }
+        Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false, timeout: None }
+    }
+
+    /// Ends every pending and future call of this group, on this rank, with
+    /// [`ErrorKind::Aborted`]; callable from any thread (a watchdog, a
+    /// signal-handling thread). Other ranks see this rank go quiet and fail
+    /// by their own deadlines or lost-peer checks.
+    pub fn abort(&self) {
+        self.inner.aborted.store(true, Ordering::SeqCst);
+        self.inner.registry.bell().ring();
     }
 
     /// Blocks until every rank of the group has entered the barrier.

@@ -6,6 +6,7 @@ mod group;
 mod request;
 mod typed;
 
+pub use engine::install_dump_on_sigusr1;
 pub use group::Group;
 pub use request::Request;
 pub use typed::Communicator;

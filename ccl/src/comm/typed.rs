@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone)]
 pub struct Communicator<T> {
     group: Group,
+    timeout: Option<std::time::Duration>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -48,7 +49,13 @@ fn exact(what: &'static str, expected: usize, got: usize) -> Result<()> {
 
 impl<T: Reduce> Communicator<T> {
     pub(crate) fn new(group: Group) -> Self {
-        Communicator { group, _t: PhantomData }
+        Communicator { group, timeout: None, _t: PhantomData }
+    }
+
+    /// The same communicator with another deadline for its calls (instead
+    /// of `CCL_TIMEOUT`): `comm.with_timeout(Duration::from_secs(5)).all_reduce(...)`.
+    pub fn with_timeout(&self, timeout: std::time::Duration) -> Self {
+        Communicator { group: self.group.clone(), timeout: Some(timeout), _t: PhantomData }
     }
 
     /// The untyped group this communicator runs on.
@@ -113,7 +120,7 @@ impl<T: Reduce> Communicator<T> {
     }
 
     fn call(&self, coll: Coll, count: usize, root: usize, input: *const T, output: *mut T, in_place: bool) -> Call<T> {
-        Call { coll, count, root, input, output, in_place }
+        Call { coll, count, root, input, output, in_place, timeout: self.timeout }
     }
 
     /// Reduces `buf` over all ranks, in place: afterwards every rank holds

@@ -4,7 +4,8 @@
 //! others try another and report what they get. `fault kill R`: all-reduce
 //! in a loop; rank R SIGKILLs itself on the 5th iteration. `fault hang`:
 //! print the pid, then sleep (for signal tests). `fault mismatch R`: rank R
-//! calls broadcast while the others call all_reduce.
+//! calls broadcast while the others call all_reduce. `fault stuck`: rank 0
+//! prints its pid and waits in an all-reduce rank 1 joins 30 s later.
 
 use ccl::Sum;
 
@@ -47,10 +48,19 @@ fn main() {
                 comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
             }
         }
+        Some("stuck") => {
+            // rank 0 waits in an all-reduce that rank 1 joins only after 30 s
+            if g.rank() == 0 {
+                println!("pid {}", std::process::id());
+            } else {
+                std::thread::sleep(std::time::Duration::from_secs(30));
+            }
+            comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+        }
         Some("hang") => {
             println!("pid {}", std::process::id());
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
-        _ => eprintln!("usage: fault exit R C | kill R | mismatch R | hang"),
+        _ => eprintln!("usage: fault exit R C | kill R | mismatch R | stuck | hang"),
     }
 }
