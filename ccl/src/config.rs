@@ -158,6 +158,8 @@ knobs! {
     sockets_per_peer: usize = 2, "CCL_SOCKETS_PER_PEER", "2";
     /// Network interface whose IPv4 address the TCP transport listens on (empty: the one that reaches cclrun).
     socket_ifname: String = String::new(), "CCL_SOCKET_IFNAME", "";
+    /// 1: a CRC32 of every TCP payload is sent and checked, so corruption on a link is an error.
+    checksum: bool = false, "CCL_CHECKSUM", "0";
 }
 
 impl Config {

@@ -140,6 +140,12 @@ pub enum ErrorKind {
     /// A transport failed to connect or move data.
     #[error("transport: {0}")]
     Transport(String),
+    /// A payload arrived with a checksum that does not match (`CCL_CHECKSUM=1`).
+    #[error("corrupted data on the {link} link: payload checksum mismatch")]
+    Corrupt {
+        /// Which link.
+        link: String,
+    },
     /// `abort()` was called on the communicator.
     #[error("the communicator was aborted")]
     Aborted,

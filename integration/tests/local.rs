@@ -47,6 +47,7 @@ fn matrix_over_tcp_2_3_4_ranks() {
     }
     matrix("3", &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_SOCKETS_PER_PEER=1"]);
     matrix("2", &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_SOCKETS_PER_PEER=4", "-x", "CCL_SOCKET_IFNAME=lo"]);
+    matrix("3", &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_CHECKSUM=1"]);
 }
 
 #[test]

@@ -114,7 +114,7 @@ pub fn run(spec: &Spec) -> i32 {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
-    let rv = match Rendezvous::bind("127.0.0.1:0".parse().expect("literal address"), np) {
+    let rv = match Rendezvous::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), np) {
         Ok(rv) => rv,
         Err(e) => {
             eprintln!("cclrun: {e}");

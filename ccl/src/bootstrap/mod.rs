@@ -94,8 +94,16 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .collect::<Result<Vec<std::net::SocketAddr>>>()
         .map_err(at)?;
     let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
-    let tcp =
-        Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, NSLOTS, config.slot_bytes());
+    let tcp = Tcp::new(
+        env.rank,
+        *env.id.secret(),
+        listener,
+        peers,
+        config.sockets_per_peer,
+        NSLOTS,
+        config.slot_bytes(),
+        config.checksum,
+    );
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?;
     let comm_id = u64::from_str_radix(&job, 16).unwrap_or(1);
     if config.debug >= crate::config::LogLevel::Info && env.rank == 0 {

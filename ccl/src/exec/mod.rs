@@ -312,6 +312,12 @@ fn validate(s: &Schedule, l: &Layout) -> Result<()> {
                         return Err(Error::internal(format!("{st:?} has partially overlapping operands")));
                     }
                 }
+                // a local reduction of a region with itself would alias its operands
+                if let Step::Reduce { src, .. } = st {
+                    if l.resolve(*src) == w && w.len > 0 {
+                        return Err(Error::internal(format!("{st:?} reduces a region with itself")));
+                    }
+                }
             }
         }
     }

@@ -28,22 +28,25 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 const MAGIC: &[u8; 4] = b"CCLT";
-/// Frame header: payload length (u32) and the call's fingerprint (4 × u64).
-const HEADER: usize = 4 + 32;
+/// Frame header: payload length (u32), the call's fingerprint (4 × u64),
+/// and a checksum word: bit 32 set when the low 32 bits hold the payload's
+/// CRC32 (`CCL_CHECKSUM=1` on the sender).
+const HEADER: usize = 4 + 32 + 8;
+const HAS_CRC: u64 = 1 << 32;
 
-fn header(len: usize, fp: &[u64; 4]) -> [u8; HEADER] {
+fn header(len: usize, fp: &[u64; 4], check: u64) -> [u8; HEADER] {
     let mut h = [0u8; HEADER];
     h[..4].copy_from_slice(&(len as u32).to_le_bytes());
-    for (i, w) in fp.iter().enumerate() {
+    for (i, w) in fp.iter().chain([&check]).enumerate() {
         h[4 + 8 * i..12 + 8 * i].copy_from_slice(&w.to_le_bytes());
     }
     h
 }
 
-fn parse_header(h: &[u8; HEADER]) -> (usize, [u64; 4]) {
+fn parse_header(h: &[u8; HEADER]) -> (usize, [u64; 4], u64) {
     let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
     let word = |i: usize| u64::from_le_bytes(h[4 + 8 * i..12 + 8 * i].try_into().unwrap_or([0; 8]));
-    (len, [word(0), word(1), word(2), word(3)])
+    (len, [word(0), word(1), word(2), word(3)], word(4))
 }
 const HELLO: usize = 4 + 8 + 8 + 8 + 4 + 4 + 4 + 16 + 32;
 
@@ -212,7 +215,7 @@ impl Drop for Slots {
 
 struct SendSock {
     stream: TcpStream,
-    queue: VecDeque<(usize, usize, [u64; 4])>,
+    queue: VecDeque<(usize, usize, [u64; 4], u64)>,
     off: usize,
     flag: Arc<SockFlag>,
 }
@@ -220,6 +223,7 @@ struct SendSock {
 /// The sending end: staged slots written out as the sockets take them.
 pub struct TcpSend {
     peer: usize,
+    checksum: bool,
     socks: Vec<SendSock>,
     slots: Slots,
     free: Vec<usize>,
@@ -235,9 +239,9 @@ impl TcpSend {
             return Err(e.clone());
         }
         for s in &mut self.socks {
-            while let Some(&(slot, len, fp)) = s.queue.front() {
+            while let Some(&(slot, len, fp, check)) = s.queue.front() {
                 let r = if s.off < HEADER {
-                    s.stream.write(&header(len, &fp)[s.off..])
+                    s.stream.write(&header(len, &fp, check)[s.off..])
                 } else {
                     let data = self.slots.bytes(slot, len);
                     s.stream.write(&data[s.off - HEADER..])
@@ -282,7 +286,9 @@ impl TcpSend {
     fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
         if let Some(slot) = self.reserved.take() {
             let k = self.socks.len();
-            self.socks[self.next % k].queue.push_back((slot, bytes, *fp));
+            let check =
+                if self.checksum { HAS_CRC | u64::from(crc32fast::hash(self.slots.bytes(slot, bytes))) } else { 0 };
+            self.socks[self.next % k].queue.push_back((slot, bytes, *fp, check));
             self.next += 1;
             let _ = self.pump();
         }
@@ -350,7 +356,7 @@ impl TcpRecv {
                 let r = if s.off < HEADER {
                     s.stream.read(&mut s.header[s.off..])
                 } else {
-                    let (len, _) = parse_header(&s.header);
+                    let (len, _, _) = parse_header(&s.header);
                     s.stream.read(&mut self.slots.bytes(slot, len)[s.off - HEADER..])
                 };
                 match r {
@@ -359,13 +365,18 @@ impl TcpRecv {
                     Ok(0) => return Err(self.lost("connection closed in the middle of a message")),
                     Ok(got) => {
                         s.off += got;
-                        let (len, fp) = parse_header(&s.header);
+                        let (len, fp, check) = parse_header(&s.header);
                         if s.off >= HEADER && len > slot_bytes {
                             return Err(Error::transport(format!(
                                 "frame of {len} bytes exceeds a slot of {slot_bytes}"
                             )));
                         }
                         if s.off >= HEADER && s.off == HEADER + len {
+                            if check & HAS_CRC != 0 && crc32fast::hash(self.slots.bytes(slot, len)) != check as u32 {
+                                return Err(Error::new(ErrorKind::Corrupt {
+                                    link: format!("tcp from rank {} channel {}", self.key.1, self.key.2),
+                                }));
+                            }
                             self.lens[slot] = len;
                             self.fps[slot] = fp;
                             self.ready[slot] = true;
@@ -408,6 +419,7 @@ impl TcpRecv {
 /// The TCP transport of one process.
 pub struct Tcp {
     shared: Arc<Shared>,
+    checksum: bool,
     peers: Vec<SocketAddr>,
     nslots: usize,
     slot_bytes: usize,
@@ -422,7 +434,9 @@ impl Tcp {
         Ok(l)
     }
 
-    /// The transport of endpoint `me`, whose peers listen at `peers`.
+    /// The transport of endpoint `me`, whose peers listen at `peers`;
+    /// `checksum` adds a CRC32 to every payload it sends.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         me: usize,
         secret: [u8; 16],
@@ -431,6 +445,7 @@ impl Tcp {
         nsocks: usize,
         nslots: usize,
         slot_bytes: usize,
+        checksum: bool,
     ) -> Self {
         let shared = Shared {
             me,
@@ -441,7 +456,14 @@ impl Tcp {
             polled: Mutex::new(Vec::new()),
             unclaimed: AtomicUsize::new(0),
         };
-        Tcp { shared: Arc::new(shared), peers, nslots, slot_bytes: slot_bytes.div_ceil(64) * 64, bell: Doorbell::new() }
+        Tcp {
+            shared: Arc::new(shared),
+            checksum,
+            peers,
+            nslots,
+            slot_bytes: slot_bytes.div_ceil(64) * 64,
+            bell: Doorbell::new(),
+        }
     }
 }
 
@@ -468,7 +490,16 @@ impl Transport for Tcp {
         }
         let slots = Slots::new(self.nslots, self.slot_bytes)?;
         let free = (0..self.nslots).rev().collect();
-        Ok(SendConn::Tcp(TcpSend { peer: key.to, socks, slots, free, reserved: None, next: 0, err: None }))
+        Ok(SendConn::Tcp(TcpSend {
+            peer: key.to,
+            checksum: self.checksum,
+            socks,
+            slots,
+            free,
+            reserved: None,
+            next: 0,
+            err: None,
+        }))
     }
 
     fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
@@ -570,4 +601,54 @@ pub fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
     // SAFETY: frees the list from getifaddrs, once.
     unsafe { libc::freeifaddrs(ifs) };
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn transport(me: usize, checksum: bool) -> Tcp {
+        let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+        Tcp::new(me, [9; 16], l, Vec::new(), 1, 4, 256, checksum)
+    }
+
+    /// Polls `r` until it yields a slot or an error.
+    fn next(r: &mut RecvConn) -> Result<Vec<u8>> {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Some((p, len, _)) = r.peek()? {
+                // SAFETY: a peeked slot of `len` bytes, ours until released.
+                let v = unsafe { std::slice::from_raw_parts(p, len) }.to_vec();
+                r.release();
+                return Ok(v);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Err(Error::transport("nothing arrived"))
+    }
+
+    #[test]
+    fn checksums_catch_corrupted_payloads_and_bad_hellos_are_dropped() {
+        let rx = transport(1, true);
+        let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
+        let mut r = rx.connect_recv(key).expect("recv end");
+        let addr = rx.shared.listener.local_addr().expect("addr");
+        // a stranger with the wrong secret is dropped; the real sender is accepted
+        let mut stranger = TcpStream::connect(addr).expect("connect");
+        stranger.write_all(&[0u8; HELLO]).expect("garbage hello");
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.write_all(&rx.shared.hello(key, 0).expect("hello")).expect("hello");
+        let payload = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        let good = u64::from(crc32fast::hash(&payload)) | HAS_CRC;
+        s.write_all(&header(8, &[1, 2, 3, 4], good)).and_then(|()| s.write_all(&payload)).expect("frame");
+        assert_eq!(next(&mut r).expect("intact frame"), payload);
+        // the same payload with one bit flipped on the way
+        let mut flipped = payload;
+        flipped[3] ^= 0x10;
+        s.write_all(&header(8, &[1, 2, 3, 4], good)).and_then(|()| s.write_all(&flipped)).expect("frame");
+        let e = next(&mut r).expect_err("corruption detected");
+        assert!(matches!(e.kind(), ErrorKind::Corrupt { .. }), "{e}");
+        assert_eq!(e.to_string(), "corrupted data on the tcp from rank 0 channel 0 link: payload checksum mismatch");
+    }
 }
