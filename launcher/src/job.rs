@@ -101,8 +101,14 @@ fn forward(r: impl Read + Send + 'static, prefix: Option<String>, to_err: bool) 
 fn kill(children: &[Child], status: &[Option<ExitStatus>], sig: i32) {
     for (c, s) in children.iter().zip(status) {
         if s.is_none() {
-            // SAFETY: sending a signal to our own child, which we have not reaped.
-            unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+            // SAFETY: sending a signal to our own child, which we have not
+            // reaped; SIGCONT after SIGTERM lets a stopped rank act on it.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, sig);
+                if sig == libc::SIGTERM {
+                    libc::kill(c.id() as libc::pid_t, libc::SIGCONT);
+                }
+            }
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! `fault exit R C`: after one all-reduce, rank R exits with code C; the
 //! others try another and report what they get. `fault kill R`: all-reduce
-//! in a loop; rank R SIGKILLs itself on the 5th iteration. `fault hang`:
+//! in a loop; rank R SIGKILLs itself on the 5th iteration (`fault stop R`:
+//! SIGSTOPs itself, so only deadlines can end the job). `fault hang`:
 //! print the pid, then sleep (for signal tests). `fault mismatch R`: rank R
 //! calls broadcast while the others call all_reduce. `fault stuck`: rank 0
 //! prints its pid and waits in an all-reduce rank 1 joins 30 s later.
@@ -31,11 +32,12 @@ fn main() {
             comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
             comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
         }
-        Some("kill") => {
+        Some(mode @ ("kill" | "stop")) => {
+            let sig = if mode == "kill" { libc::SIGKILL } else { libc::SIGSTOP };
             for it in 0..10_000 {
                 if it == 5 && g.rank() == arg(1) {
                     // SAFETY: signalling our own process.
-                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                    unsafe { libc::kill(libc::getpid(), sig) };
                 }
                 comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
             }
@@ -61,6 +63,6 @@ fn main() {
             println!("pid {}", std::process::id());
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
-        _ => eprintln!("usage: fault exit R C | kill R | mismatch R | stuck | hang"),
+        _ => eprintln!("usage: fault exit R C | kill R | stop R | mismatch R | stuck | hang"),
     }
 }

@@ -1,0 +1,132 @@
+//! The fault suite: each scenario runs through cclrun, then checks that
+//! every surviving rank ended with the expected error within the bound,
+//! that cclrun's exit code and message are right, and that no process or
+//! shared-memory file of the job is left. Prints a summary table
+//! (`cargo test -p ccl-integration --test faults -- --nocapture`).
+
+use ccl_integration::cclrun;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const FAULT: &str = env!("CARGO_BIN_EXE_fault");
+
+struct Scenario {
+    name: &'static str,
+    ranks: usize,
+    args: Vec<&'static str>,
+    exit: i32,
+    /// Every surviving rank's error contains one of these.
+    errors: &'static [&'static str],
+    /// cclrun's own report contains this.
+    report: &'static str,
+    bound: Duration,
+}
+
+fn scenarios() -> Vec<Scenario> {
+    let s = |name, ranks, args: &[&'static str], exit, errors, report, secs| Scenario {
+        name,
+        ranks,
+        args: args.to_vec(),
+        exit,
+        errors,
+        report,
+        bound: Duration::from_secs(secs),
+    };
+    let mut v = Vec::new();
+    for (transport, x) in [("shm", "CCL_SHM_DISABLE=0"), ("tcp", "CCL_SHM_DISABLE=1")] {
+        for ranks in [2, 4, 8] {
+            let name = if transport == "shm" {
+                "kill -9 a rank mid all_reduce (shm)"
+            } else {
+                "kill -9 a rank mid all_reduce (tcp)"
+            };
+            v.push(s(name, ranks, &["-x", x, FAULT, "kill", "1"], 137, &["lost rank"], "was killed by signal 9", 10));
+        }
+        let stop = if transport == "shm" { "SIGSTOP a rank (shm)" } else { "SIGSTOP a rank (tcp)" };
+        v.push(s(
+            stop,
+            3,
+            &["-x", x, "-x", "CCL_TIMEOUT=2", FAULT, "stop", "2"],
+            1,
+            &["timed out after", "lost rank"],
+            "exited with code 1",
+            15,
+        ));
+        let mm = if transport == "shm" { "mismatched collective (shm)" } else { "mismatched collective (tcp)" };
+        v.push(s(
+            mm,
+            3,
+            &["-x", x, "-x", "CCL_TIMEOUT=5", FAULT, "mismatch", "1"],
+            1,
+            &["but the peer called", "lost rank", "timed out"],
+            "exited with code 1",
+            15,
+        ));
+    }
+    v.push(s("a rank exits 3", 4, &[FAULT, "exit", "2", "3"], 3, &["lost rank"], "exited with code 3", 10));
+    v
+}
+
+/// The pids of this user's processes running `exe` (to find leftovers).
+fn running(exe: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if let Ok(link) = std::fs::read_link(e.path().join("exe")) {
+            if link.to_string_lossy().trim_end_matches(" (deleted)") == exe {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+#[test]
+fn fault_suite() {
+    let before = running(FAULT);
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for sc in scenarios() {
+        let np = sc.ranks.to_string();
+        let t = Instant::now();
+        let o = Command::new(cclrun()).args(["-np", &np]).args(&sc.args).output().expect("cclrun");
+        let took = t.elapsed();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        let rank_errors: Vec<&str> = err.lines().filter(|l| l.contains(" error: ")).collect();
+        let survivors_ok =
+            !rank_errors.is_empty() && rank_errors.iter().all(|l| sc.errors.iter().any(|e| l.contains(e)));
+        let ok = o.status.code() == Some(sc.exit) && err.contains(sc.report) && survivors_ok && took < sc.bound;
+        rows.push(format!(
+            "| {:<38} | {:>5} | {:>4} | {:>12} | {:>6.2} s |",
+            sc.name,
+            sc.ranks,
+            o.status.code().map_or("sig".into(), |c| c.to_string()),
+            if ok { "right error" } else { "WRONG" },
+            took.as_secs_f64()
+        ));
+        if !ok {
+            failures.push(format!(
+                "{} ({} ranks): exit {:?}, took {took:?}\n{err}",
+                sc.name,
+                sc.ranks,
+                o.status.code()
+            ));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let left: Vec<u32> = running(FAULT).into_iter().filter(|p| !before.contains(p)).collect();
+    let shm_left = std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ccl-"))
+        .count();
+    println!("| {:<38} | ranks | exit | outcome      | to error |", "scenario");
+    println!("|{}|-------|------|--------------|----------|", "-".repeat(40));
+    for r in &rows {
+        println!("{r}");
+    }
+    println!("leftover rank processes: {}, leftover shm files: {shm_left}", left.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
+    assert!(left.is_empty(), "ranks left running: {left:?}");
+}
