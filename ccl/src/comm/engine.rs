@@ -162,6 +162,9 @@ impl Engine {
     /// Fails the call at `i` with `err`, and every other queued call with
     /// `Broken`; the communicator refuses further calls.
     fn fail(&mut self, i: usize, err: Error) {
+        if let ErrorKind::PeerLost { rank, .. } = err.kind() {
+            self.conns.publish_lost(*rank);
+        }
         let at = &self.queue[i];
         let err = err.in_call(at.name, at.seq).at_rank(self.rank);
         self.broken = Some(err.to_string());

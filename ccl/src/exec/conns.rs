@@ -112,6 +112,13 @@ impl Conns {
         self.reg.sleep(seen, timeout)
     }
 
+    /// Leaves word everywhere that endpoint `lost` is gone, so ranks that
+    /// find this one gone next can name the root cause.
+    pub fn publish_lost(&mut self, lost: usize) {
+        self.reg.publish_lost(lost);
+        self.sends.iter_mut().for_each(|s| s.announce_lost(lost));
+    }
+
     /// Pushes staged outgoing data on every connection.
     pub fn flush(&mut self) -> Result<()> {
         self.sends.iter_mut().try_for_each(|s| s.flush())

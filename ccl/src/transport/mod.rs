@@ -53,6 +53,9 @@ pub trait Transport: Send + Sync {
     fn check_alive(&self, peers: &[usize]) -> Result<()>;
     /// Sockets to `poll()` while idle (none for memory transports).
     fn poll_fds(&self, _out: &mut Vec<libc::pollfd>) {}
+    /// This rank is failing because endpoint `lost` is gone: leave word
+    /// where peers that then find this rank gone can read the root cause.
+    fn publish_lost(&self, _lost: usize) {}
     /// Whether peers wake this rank through its doorbell.
     fn uses_bell(&self) -> bool {
         true
@@ -102,6 +105,14 @@ impl SendConn {
             SendConn::Tcp(t) => t.post_slot(bytes, fp),
         }
     }
+    /// Tells the receiver, as this end's last frame, that endpoint `lost`
+    /// is gone (TCP; memory FIFOs use the doorbell page instead).
+    pub fn announce_lost(&mut self, lost: usize) {
+        if let SendConn::Tcp(t) = self {
+            t.announce_lost(lost);
+        }
+    }
+
     /// Pushes staged data on (TCP); a no-op for memory FIFOs.
     pub fn flush(&mut self) -> Result<()> {
         match self {
@@ -201,6 +212,11 @@ impl Registry {
         let t = if bell { timeout.min(std::time::Duration::from_millis(1)) } else { timeout };
         // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, t.as_millis().min(i32::MAX as u128) as i32) };
+    }
+
+    /// Leaves word, on every transport, that endpoint `lost` is gone.
+    pub fn publish_lost(&self, lost: usize) {
+        self.list.iter().for_each(|t| t.publish_lost(lost));
     }
 
     /// Whether every transport is up and `peers` (endpoints) are alive.

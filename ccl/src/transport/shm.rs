@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,6 +44,15 @@ impl AsRef<Doorbell> for BellMap {
         // when created (a valid Doorbell: two zero atomics), and lives as
         // long as `self`.
         unsafe { &*(self.map.as_ptr() as *const Doorbell) }
+    }
+}
+
+impl BellMap {
+    /// Root cause left by this rank when it failed: 1 + the lost endpoint, or 0.
+    fn cause(&self) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: offset 64 of a page-sized, page-aligned, zero-filled
+        // mapping that lives as long as `self`; AtomicU64 accepts any bits.
+        unsafe { &*(self.map.as_ptr().add(64) as *const std::sync::atomic::AtomicU64) }
     }
 }
 
@@ -150,6 +160,16 @@ impl Shm {
             last_check: Mutex::new(Instant::now()),
             enabled,
         }
+    }
+
+    /// `peer`'s doorbell page, if it is mapped here or still on disk.
+    fn peer_page(&self, peer: usize) -> Option<Arc<BellMap>> {
+        if let Some(b) = self.peer_bells.lock().ok()?.get(&peer) {
+            return Some(Arc::clone(b));
+        }
+        let path = Self::bell_path(&self.job, peer, self.pids.get(peer).copied().unwrap_or(0));
+        let f = OpenOptions::new().read(true).write(true).open(path).ok()?;
+        Some(Arc::new(BellMap { map: map_file(&f).ok()?, owned: None }))
     }
 
     fn peer_bell(&self, peer: usize) -> Result<BellRef> {
@@ -260,6 +280,10 @@ impl Transport for Shm {
         self.enabled
     }
 
+    fn publish_lost(&self, lost: usize) {
+        let _ = self.bell.cause().compare_exchange(0, lost as u64 + 1, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
     fn check_alive(&self, peers: &[usize]) -> Result<()> {
         let Ok(mut last) = self.last_check.lock() else { return Ok(()) };
         if last.elapsed() < LIVENESS_EVERY {
@@ -275,12 +299,16 @@ impl Transport for Shm {
             let gone = unsafe { libc::kill(pid as libc::pid_t, 0) } == -1
                 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
             if gone {
-                return Err(Error::new(ErrorKind::PeerLost {
-                    rank,
-                    host: host.clone(),
-                    why: format!("process {pid} has exited"),
-                })
-                .with_peer(rank));
+                // the root cause, if this peer left because it lost someone itself
+                let cause = self.peer_page(rank).map_or(0, |p| p.cause().load(Ordering::SeqCst));
+                let root = (cause as usize).wrapping_sub(1);
+                if cause != 0 && root != self.me && root < self.hosts.len() {
+                    let why = format!("reported by rank {rank} (process {pid}), which has exited because of it");
+                    let lost = ErrorKind::PeerLost { rank: root, host: self.hosts[root].clone(), why };
+                    return Err(Error::new(lost).with_peer(rank));
+                }
+                let why = format!("process {pid} has exited");
+                return Err(Error::new(ErrorKind::PeerLost { rank, host: host.clone(), why }).with_peer(rank));
             }
         }
         Ok(())

@@ -33,6 +33,11 @@ const MAGIC: &[u8; 4] = b"CCLT";
 /// CRC32 (`CCL_CHECKSUM=1` on the sender).
 const HEADER: usize = 4 + 32 + 8;
 const HAS_CRC: u64 = 1 << 32;
+/// First fingerprint word of a sender's last frame saying it is failing
+/// because the endpoint in the second word is gone.
+const LOST: u64 = u64::MAX;
+/// The slot index of frames that carry no slot (the lost notice).
+const NO_SLOT: usize = usize::MAX;
 
 fn header(len: usize, fp: &[u64; 4], check: u64) -> [u8; HEADER] {
     let mut h = [0u8; HEADER];
@@ -253,7 +258,9 @@ impl TcpSend {
                         if s.off == HEADER + len {
                             s.queue.pop_front();
                             s.off = 0;
-                            self.free.push(slot);
+                            if slot != NO_SLOT {
+                                self.free.push(slot);
+                            }
                         }
                     }
                     Err(e) if e.kind() == IoKind::WouldBlock => break,
@@ -273,6 +280,15 @@ impl TcpSend {
         let e = Error::new(ErrorKind::PeerLost { rank: self.peer, host: "tcp".into(), why: why.to_string() });
         self.err = Some(e.clone());
         e
+    }
+
+    /// Queues a last frame saying this end fails because endpoint `lost` is
+    /// gone, and pushes what the sockets take now.
+    pub fn announce_lost(&mut self, lost: usize) {
+        for s in &mut self.socks {
+            s.queue.push_back((NO_SLOT, 0, [LOST, lost as u64, 0, 0], 0));
+        }
+        let _ = self.pump();
     }
 
     fn reserve(&mut self) -> Result<Option<*mut u8>> {
@@ -366,6 +382,11 @@ impl TcpRecv {
                     Ok(got) => {
                         s.off += got;
                         let (len, fp, check) = parse_header(&s.header);
+                        if s.off >= HEADER && fp[0] == LOST {
+                            let root = fp[1] as usize;
+                            let why = format!("reported by rank {}, which is failing because of it", self.key.1);
+                            return Err(Error::new(ErrorKind::PeerLost { rank: root, host: "tcp".into(), why }));
+                        }
                         if s.off >= HEADER && len > slot_bytes {
                             return Err(Error::transport(format!(
                                 "frame of {len} bytes exceeds a slot of {slot_bytes}"
