@@ -55,14 +55,17 @@ impl KnobValue for usize {
     }
 }
 
+/// The longest deadline a knob may set (about three years).
+const MAX_SECONDS: f64 = 1e8;
+
 impl KnobValue for Duration {
     fn parse_knob(s: &str) -> std::result::Result<Self, String> {
         s.trim()
             .parse::<f64>()
             .ok()
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| "expected a positive number of seconds".to_string())
+            .filter(|v| v.is_finite() && *v > 0.0 && *v <= MAX_SECONDS)
+            .and_then(|v| Duration::try_from_secs_f64(v).ok())
+            .ok_or_else(|| format!("expected a positive number of seconds, at most {MAX_SECONDS:e}"))
     }
 }
 
@@ -210,6 +213,8 @@ mod tests {
         assert!(e.to_string().starts_with("CCL_ALGO=\"bogus\": unknown algorithm"), "{e}");
         assert!(Config::from_lookup(|k| (k == "CCL_NCHANNELS").then(|| "0".into())).is_err());
         assert!(Config::from_lookup(|k| (k == "CCL_TIMEOUT").then(|| "-1".into())).is_err());
+        assert!(Config::from_lookup(|k| (k == "CCL_TIMEOUT").then(|| "6488888888888888888888888".into())).is_err());
+        assert!(Config::from_lookup(|k| (k == "CCL_TIMEOUT").then(|| "NaN".into())).is_err());
     }
 
     /// The README documents every knob with its default.

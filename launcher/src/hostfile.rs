@@ -32,9 +32,13 @@ impl fmt::Display for ParseError {
     }
 }
 
+/// The most ranks one host line may take.
+pub const MAX_SLOTS: usize = 1 << 20;
+
 fn number(v: &str, what: &str) -> Result<usize, String> {
     match v.parse::<usize>() {
         Ok(0) => Err(format!("{what} must be at least 1")),
+        Ok(n) if n > MAX_SLOTS => Err(format!("{what}={n} is more than {MAX_SLOTS}")),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("{what}={v:?} is not a number")),
     }
@@ -116,6 +120,8 @@ mod tests {
             ("a\na:2", "hosts:2: host a is listed twice"),
             ("# nothing\n", "hosts: no hosts"),
             ("a:b", "hosts:1: slots=\"b\" is not a number"),
+            ("a slots=99999999999999999999", "hosts:1: slots=\"99999999999999999999\" is not a number"),
+            ("a slots=2000000", "hosts:1: slots=2000000 is more than 1048576"),
         ];
         for (text, want) in cases {
             assert_eq!(parse(text, "hosts").expect_err(text).to_string(), want);

@@ -7,9 +7,9 @@
 //! every rank. Ranks die with cclrun: they are started with
 //! PR_SET_PDEATHSIG = SIGKILL.
 
-use crate::place::Placement;
 use ccl::bootstrap::Rendezvous;
 use ccl::transport::shm::Shm;
+use cclrun::place::Placement;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;

@@ -8,13 +8,11 @@
 //! environment, forwards their output line by line, and when a rank fails
 //! ends the others and exits with that rank's status.
 
-mod hostfile;
 mod job;
-mod place;
 
+use cclrun::hostfile::{self, HostSlots};
+use cclrun::place::{self, MapBy};
 use clap::Parser;
-use hostfile::HostSlots;
-use place::MapBy;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

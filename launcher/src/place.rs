@@ -25,14 +25,14 @@ pub struct Placement {
 /// Places `np` ranks. More ranks than slots is an error unless
 /// `oversubscribe`; `max_slots` is never exceeded.
 pub fn place(hosts: &[HostSlots], np: usize, by: MapBy, oversubscribe: bool) -> Result<Vec<usize>, String> {
-    let slots: usize = hosts.iter().map(|h| h.slots).sum();
+    let slots = hosts.iter().fold(0usize, |a, h| a.saturating_add(h.slots));
     if np > slots && !oversubscribe {
         return Err(format!(
             "{np} ranks requested but the hosts have {slots} slot(s); add slots or pass --oversubscribe"
         ));
     }
     let cap = |h: &HostSlots| h.max_slots.unwrap_or(usize::MAX);
-    let max_total = hosts.iter().map(|h| cap(h).min(np)).sum::<usize>();
+    let max_total = hosts.iter().fold(0usize, |a, h| a.saturating_add(cap(h).min(np)));
     if np > max_total {
         return Err(format!("{np} ranks requested but max_slots allows {max_total}"));
     }
@@ -105,6 +105,12 @@ mod tests {
         assert_eq!(place(&hosts(&[2, 1]), 3, MapBy::Node, false).expect("ok"), vec![0, 1, 0]);
         let l = locals(&[0, 1, 0], 2);
         assert_eq!((l[2].local_rank, l[2].local_size, l[1].local_size), (1, 2, 1));
+    }
+
+    #[test]
+    fn huge_slot_counts_do_not_overflow() {
+        let big = |n: &str| HostSlots { name: n.into(), slots: usize::MAX, max_slots: Some(usize::MAX) };
+        assert_eq!(place(&[big("a"), big("b")], 3, MapBy::Node, false).expect("fits"), vec![0, 1, 0]);
     }
 
     #[test]

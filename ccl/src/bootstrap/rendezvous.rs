@@ -37,6 +37,29 @@ fn decode(d: &mut Dec) -> Result<PeerInfo> {
     Ok(PeerInfo { rank, pid, host: d.str()?, addr: d.str()? })
 }
 
+/// Decodes a rank's hello (world size and its [`PeerInfo`]); malformed
+/// input is an error.
+pub fn decode_hello(bytes: &[u8]) -> Result<(usize, PeerInfo)> {
+    let mut d = Dec(bytes);
+    let n = d.bounded(MAX_RANKS)?;
+    let info = decode(&mut d)?;
+    d.end()?;
+    Ok((n, info))
+}
+
+/// Decodes the table the rendezvous sends; malformed input is an error.
+pub fn decode_table(bytes: &[u8]) -> Result<Vec<PeerInfo>> {
+    let mut d = Dec(bytes);
+    let n = d.bounded(MAX_RANKS)?;
+    // each entry takes at least 32 bytes: no allocation beyond the input
+    if n > bytes.len() / 32 {
+        return Err(Error::transport(format!("table of {n} ranks in {} bytes", bytes.len())));
+    }
+    let table: Vec<PeerInfo> = (0..n).map(|_| decode(&mut d)).collect::<Result<_>>()?;
+    d.end()?;
+    Ok(table)
+}
+
 /// The server side, bound and ready before any rank starts.
 pub struct Rendezvous {
     listener: TcpListener,
@@ -112,10 +135,7 @@ impl Rendezvous {
         s.set_write_timeout(Some(PER_CONN)).map_err(io)?;
         auth::server(&mut s, self.id.secret())?;
         let f = read_frame(&mut s, 64 << 10)?;
-        let mut d = Dec(&f);
-        let n = d.bounded(MAX_RANKS)?;
-        let info = decode(&mut d)?;
-        d.end()?;
+        let (n, info) = decode_hello(&f)?;
         if n != self.nranks || info.rank >= n {
             return Err(Error::transport(format!("rank {} of {n} does not fit a job of {}", info.rank, self.nranks)));
         }
@@ -147,10 +167,8 @@ pub fn join(id: &UniqueId, me: &PeerInfo, nranks: usize, timeout: Duration) -> R
     s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
         .map_err(io)?;
     let f = read_frame(&mut s, MAX_FRAME)?;
-    let mut d = Dec(&f);
-    let n = d.bounded(MAX_RANKS)?;
-    let table: Vec<PeerInfo> = (0..n).map(|_| decode(&mut d)).collect::<Result<_>>()?;
-    d.end()?;
+    let table = decode_table(&f)?;
+    let n = table.len();
     if n != nranks || table.iter().enumerate().any(|(i, p)| p.rank != i) {
         return Err(Error::transport("rendezvous sent an inconsistent table"));
     }

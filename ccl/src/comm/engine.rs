@@ -149,7 +149,10 @@ impl Engine {
         let id = self.next;
         self.next += 1;
         let started = Instant::now();
-        self.queue.push(Entry { id, op, name, seq, started, deadline: started + timeout });
+        // a deadline past what Instant can hold means "no deadline" in practice
+        let deadline =
+            started.checked_add(timeout).unwrap_or_else(|| started + Duration::from_secs(u64::from(u32::MAX)));
+        self.queue.push(Entry { id, op, name, seq, started, deadline });
         Ok(id)
     }
 
