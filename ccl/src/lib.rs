@@ -3,6 +3,8 @@
 //! A [`Group`] is a set of ranks that communicate; `group.typed::<T>()`
 //! gives the typed [`Communicator<T>`] whose collectives only compile for
 //! element types and operators that fit ([`Reduce`], [`ReduceOp`]).
+//! [`init()`] starts the world of a process launched by `cclrun` (or a world
+//! of one); [`testing::run_local`] runs ranks as threads, as here:
 //!
 //! ```
 //! use ccl::{testing::run_local, Max, Reduce, Sum};
@@ -26,7 +28,9 @@
 //!
 //! Layers, top down: [`comm`] (the API), [`tune`] (choice of algorithm),
 //! [`algo`] (schedules as pure functions, and their verifier), [`exec`]
-//! (the progress engine), [`transport`] (moving slots), [`topo`] (hosts).
+//! (the progress engine, fingerprints), [`transport`] (slots over threads,
+//! shared memory, TCP), [`bootstrap`] (launch environment, rendezvous),
+//! [`topo`] (hosts), [`config`] (every `CCL_*` knob).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -151,10 +151,8 @@ pub fn join(id: &UniqueId, me: &PeerInfo, nranks: usize, timeout: Duration) -> R
     let mut s = loop {
         match TcpStream::connect_timeout(&id.addr, Duration::from_secs(2)) {
             Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            // not listening yet: retry until the deadline
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => return Err(Error::transport(format!("cannot reach the rendezvous at {}: {e}", id.addr))),
         }
     };
