@@ -82,6 +82,32 @@ struct Shared {
     unclaimed: AtomicUsize,
 }
 
+/// Seconds idle before the first keepalive probe, between probes, and
+/// unanswered probes before the kernel declares the link dead (~16 s).
+const KEEPALIVE: (i32, i32, i32) = (10, 2, 3);
+
+/// Turns on TCP keepalive with [`KEEPALIVE`], so that a peer host whose
+/// link goes down turns into a socket error instead of a silent wait.
+fn keepalive(s: &TcpStream) -> std::io::Result<()> {
+    let fd = s.as_raw_fd();
+    let set = |level: i32, opt: i32, v: i32| -> std::io::Result<()> {
+        // SAFETY: `fd` is an open socket owned by `s`; the option value is a
+        // live c_int whose size we pass.
+        let r = unsafe {
+            libc::setsockopt(fd, level, opt, &v as *const i32 as *const libc::c_void, std::mem::size_of::<i32>() as u32)
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE.0)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, KEEPALIVE.1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE.2)
+}
+
 fn io_err(what: &str, e: std::io::Error) -> Error {
     Error::transport(format!("tcp {what}: {e}"))
 }
@@ -150,6 +176,7 @@ impl Shared {
                         .and_then(|k| {
                             s.set_nonblocking(true).map_err(|e| io_err("accept", e))?;
                             let _ = s.set_nodelay(true);
+                            keepalive(&s).map_err(|e| io_err("keepalive", e))?;
                             Ok(k)
                         });
                     match ok {
@@ -504,6 +531,7 @@ impl Transport for Tcp {
             let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
                 .map_err(|e| io_err(&format!("connect to {addr}"), e))?;
             let _ = s.set_nodelay(true);
+            keepalive(&s).map_err(|e| io_err("keepalive", e))?;
             s.write_all(&self.shared.hello(key, idx)?).map_err(|e| io_err("hello", e))?;
             s.set_nonblocking(true).map_err(|e| io_err("connect", e))?;
             let flag = self.shared.watch(&s, false);
@@ -647,6 +675,26 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         Err(Error::transport("nothing arrived"))
+    }
+
+    #[test]
+    fn sockets_get_keepalive() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let s = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        keepalive(&s).expect("keepalive");
+        let get = |level: i32, opt: i32| {
+            let mut v: i32 = 0;
+            let mut len = std::mem::size_of::<i32>() as u32;
+            // SAFETY: reading an int option of an open socket into a live int.
+            let r = unsafe {
+                libc::getsockopt(s.as_raw_fd(), level, opt, &mut v as *mut i32 as *mut libc::c_void, &mut len)
+            };
+            assert_eq!(r, 0);
+            v
+        };
+        assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), KEEPALIVE.0);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT), KEEPALIVE.2);
     }
 
     #[test]
