@@ -14,6 +14,13 @@ use super::schedule::{Buf, Region, Schedule, Step};
 use super::Params;
 use std::ops::Range;
 
+/// A range `lo..hi` of new ranks.
+pub type Span = (usize, usize);
+
+/// One exchange: the peer's new rank, then two ranges of new ranks (kept
+/// and given away when halving; ours and the peer's when doubling).
+pub type Exchange = (usize, Span, Span);
+
 /// Rank roles when folding `n` ranks onto the largest power of two `p2 ≤ n`.
 #[derive(Clone, Copy, Debug)]
 pub struct Fold {
@@ -45,6 +52,34 @@ impl Fold {
             j + self.rem
         }
     }
+    /// Recursive halving for new rank `me`, distance p2/2 down to 1: per
+    /// step the peer's new rank, the half of new ranks `me` keeps and the
+    /// half it gives away (`lo..hi` pairs); the last kept half is `me..me+1`.
+    pub fn halving(&self, me: usize) -> Vec<Exchange> {
+        let (mut lo, mut hi, mut mask, mut steps) = (0, self.p2, self.p2 / 2, Vec::new());
+        while mask > 0 {
+            let mid = lo + (hi - lo) / 2;
+            let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
+            steps.push((me ^ mask, keep, give));
+            (lo, hi) = keep;
+            mask /= 2;
+        }
+        steps
+    }
+
+    /// Recursive doubling for new rank `me`, distance 1 up to p2/2: per step
+    /// the peer's new rank, the aligned range of new ranks `me` holds and
+    /// the one the peer holds; the two together are held after the step.
+    pub fn doubling(&self, me: usize) -> Vec<Exchange> {
+        let (mut mask, mut steps) = (1, Vec::new());
+        while mask < self.p2 {
+            let (mine, theirs) = (me & !(mask - 1), (me ^ mask) & !(mask - 1));
+            steps.push((me ^ mask, (mine, mine + mask), (theirs, theirs + mask)));
+            mask <<= 1;
+        }
+        steps
+    }
+
     /// First original rank whose data new rank `j` holds (`first(p2) = n`):
     /// new ranks `a..b` hold the data of ranks `first(a)..first(b)`.
     pub fn first(&self, j: usize) -> usize {
@@ -105,12 +140,9 @@ pub fn all_reduce_rd(p: &Params) -> Schedule {
             let mut ch = Vec::new();
             if let Some(me) = fold_in(&mut ch, &f, p.rank, range, p.chunk) {
                 // distance 1, 2, 4, ...: exchange everything with new rank ^ distance
-                let mut mask = 1;
-                while mask < f.p2 {
-                    let peer = f.rank_of(me ^ mask);
-                    let all = [reg(Buf::Output, range)];
-                    exchange(&mut ch, peer, &all, &all, p.chunk, Into::Reduce);
-                    mask <<= 1;
+                let all = [reg(Buf::Output, range)];
+                for (peer, _, _) in f.doubling(me) {
+                    exchange(&mut ch, f.rank_of(peer), &all, &all, p.chunk, Into::Reduce);
                 }
             }
             fold_out(&mut ch, &f, p.rank, range, p.chunk);
@@ -131,29 +163,17 @@ pub fn all_reduce_rhd(p: &Params) -> Schedule {
             if let Some(me) = fold_in(&mut ch, &f, p.rank, range, p.chunk) {
                 let blocks = split(range.clone(), f.p2);
                 let span = |a: usize, b: usize| blocks[a].start..blocks[b - 1].end;
-                // halving: distance p2/2, p2/4, ..., 1; keep the half holding `me`
-                let (mut lo, mut hi) = (0, f.p2);
-                let mut mask = f.p2 / 2;
-                while mask > 0 {
-                    let mid = lo + (hi - lo) / 2;
-                    let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
-                    let peer = f.rank_of(me ^ mask);
+                // halving: distance p2/2, ..., 1; give away the half the peer keeps
+                for (peer, keep, give) in f.halving(me) {
                     let send = [reg(Buf::Output, &span(give.0, give.1))];
                     let recv = [reg(Buf::Output, &span(keep.0, keep.1))];
-                    exchange(&mut ch, peer, &send, &recv, p.chunk, Into::Reduce);
-                    (lo, hi) = keep;
-                    mask /= 2;
+                    exchange(&mut ch, f.rank_of(peer), &send, &recv, p.chunk, Into::Reduce);
                 }
-                // doubling: distance 1, 2, ...: swap finished ranges, doubling them
-                let mut mask = 1;
-                while mask < f.p2 {
-                    let mine = me & !(mask - 1);
-                    let theirs = (me ^ mask) & !(mask - 1);
-                    let peer = f.rank_of(me ^ mask);
-                    let send = [reg(Buf::Output, &span(mine, mine + mask))];
-                    let recv = [reg(Buf::Output, &span(theirs, theirs + mask))];
-                    exchange(&mut ch, peer, &send, &recv, p.chunk, Into::Copy);
-                    mask <<= 1;
+                // doubling: distance 1, ..., p2/2: swap finished ranges, doubling them
+                for (peer, mine, theirs) in f.doubling(me) {
+                    let send = [reg(Buf::Output, &span(mine.0, mine.1))];
+                    let recv = [reg(Buf::Output, &span(theirs.0, theirs.1))];
+                    exchange(&mut ch, f.rank_of(peer), &send, &recv, p.chunk, Into::Copy);
                 }
             }
             fold_out(&mut ch, &f, p.rank, range, p.chunk);
@@ -186,14 +206,10 @@ pub fn all_gather_rd(p: &Params) -> Schedule {
                         let theirs = Region::new(Buf::Output, (r - 1) * count + sub.start, sub.len());
                         recv_pieces(&mut ch, r - 1, theirs, p.chunk);
                     }
-                    let mut mask = 1;
-                    while mask < f.p2 {
-                        let mine = me & !(mask - 1);
-                        let theirs = (me ^ mask) & !(mask - 1);
-                        let held = |j: usize| block_ranges(f.first(j), f.first(j + mask), count, sub);
+                    for (peer, mine, theirs) in f.doubling(me) {
+                        let held = |(a, b): Span| block_ranges(f.first(a), f.first(b), count, sub);
                         let (send, recv) = (regions(Buf::Output, &held(mine)), regions(Buf::Output, &held(theirs)));
-                        exchange(&mut ch, f.rank_of(me ^ mask), &send, &recv, p.chunk, Into::Copy);
-                        mask <<= 1;
+                        exchange(&mut ch, f.rank_of(peer), &send, &recv, p.chunk, Into::Copy);
                     }
                     if r < 2 * f.rem {
                         exchange(&mut ch, r - 1, &all, &[], p.chunk, Into::Copy);
@@ -234,17 +250,11 @@ pub fn reduce_scatter_rh(p: &Params) -> Schedule {
                     }
                     // halving over new ranks lo..hi, keeping the half that holds `me`;
                     // received data reduces with `cur` into scratch at the same offsets
-                    let (mut lo, mut hi) = (0, f.p2);
-                    let mut mask = f.p2 / 2;
-                    while mask > 0 {
-                        let mid = lo + (hi - lo) / 2;
-                        let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
+                    for (peer, keep, give) in f.halving(me) {
                         let send = blocks(f.first(give.0), f.first(give.1), cur);
                         let recv = blocks(f.first(keep.0), f.first(keep.1), cur);
-                        exchange(&mut ch, f.rank_of(me ^ mask), &send, &recv, p.chunk, Into::ReduceTo(Buf::Scratch));
+                        exchange(&mut ch, f.rank_of(peer), &send, &recv, p.chunk, Into::ReduceTo(Buf::Scratch));
                         cur = Buf::Scratch;
-                        (lo, hi) = keep;
-                        mask /= 2;
                     }
                     // our block to the output; the extra's block back to it
                     let mine = Region::new(cur, r * count + sub.start, sub.len());
