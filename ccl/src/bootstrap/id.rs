@@ -48,15 +48,28 @@ impl UniqueId {
         let rest = s.trim().strip_prefix("ccl1@").ok_or_else(|| bad("missing ccl1@ prefix"))?;
         let (addr, hex) = rest.rsplit_once('#').ok_or_else(|| bad("missing #secret"))?;
         let addr: SocketAddr = addr.parse().map_err(|_| bad("bad address"))?;
-        if hex.len() != 32 || !hex.is_ascii() {
-            return Err(bad("secret is not 32 hex digits"));
-        }
-        let mut secret = [0u8; 16];
-        for (i, b) in secret.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad("secret is not hex"))?;
-        }
+        let secret = parse_secret(hex).ok_or_else(|| bad("secret is not 32 hex digits"))?;
         Ok(UniqueId { addr, secret })
     }
+
+    /// An id from a rendezvous address and a secret given as 32 hex digits
+    /// (`CCL_ROOT` and `CCL_SECRET`).
+    pub fn from_parts(addr: SocketAddr, secret_hex: &str) -> Result<Self> {
+        let secret = parse_secret(secret_hex.trim())
+            .ok_or_else(|| Error::invalid("CCL_SECRET is not 32 hex digits (make one with `openssl rand -hex 16`)"))?;
+        Ok(UniqueId { addr, secret })
+    }
+}
+
+fn parse_secret(hex: &str) -> Option<[u8; 16]> {
+    if hex.len() != 32 || !hex.is_ascii() {
+        return None;
+    }
+    let mut secret = [0u8; 16];
+    for (i, b) in secret.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(secret)
 }
 
 impl fmt::Debug for UniqueId {

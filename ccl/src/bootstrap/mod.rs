@@ -1,16 +1,18 @@
 //! Bootstrap: how a process learns its rank, the world size and its peers.
 //!
-//! Sources, in order: `cclrun`'s environment (`CCL_RANK`, `CCL_WORLD_SIZE`,
-//! `CCL_LOCAL_RANK`, `CCL_LOCAL_SIZE`, `CCL_UNIQUE_ID`), or else a lone
+//! Sources, in order: `cclrun`'s environment, then the rank variables of
+//! mpirun or srun with a rendezvous address (see [`launch`]), or else a lone
 //! process (a world of one), so `cargo run --example hello` just works.
 
 pub mod auth;
 pub mod hostid;
 pub mod id;
+pub mod launch;
 pub mod rendezvous;
 pub mod wire;
 
 pub use id::UniqueId;
+pub use launch::LaunchEnv;
 pub use rendezvous::{join, PeerInfo, Rendezvous};
 
 use crate::comm::Group;
@@ -23,43 +25,7 @@ use crate::transport::tcp::{interface_ipv4, Tcp};
 use crate::transport::{Registry, Transport};
 use std::sync::Arc;
 
-/// What the launcher told this process.
-#[derive(Clone, Debug)]
-pub struct LaunchEnv {
-    /// World rank.
-    pub rank: usize,
-    /// World size.
-    pub size: usize,
-    /// Rank among the processes of this host.
-    pub local_rank: usize,
-    /// Processes on this host.
-    pub local_size: usize,
-    /// The rendezvous and secret.
-    pub id: UniqueId,
-}
-
-impl LaunchEnv {
-    /// Reads `cclrun`'s variables through `get`; `Ok(None)` when `CCL_RANK`
-    /// is absent (not launched by cclrun).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>> {
-        let Some(rank) = get("CCL_RANK") else { return Ok(None) };
-        let num = |k: &str| -> Result<usize> {
-            let v = get(k).ok_or_else(|| Error::invalid(format!("{k} is not set but CCL_RANK is")))?;
-            v.trim().parse().map_err(|_| Error::invalid(format!("{k}={v:?} is not a number")))
-        };
-        let rank: usize =
-            rank.trim().parse().map_err(|_| Error::invalid(format!("CCL_RANK={rank:?} is not a number")))?;
-        let size = num("CCL_WORLD_SIZE")?;
-        let (local_rank, local_size) = (num("CCL_LOCAL_RANK").unwrap_or(0), num("CCL_LOCAL_SIZE").unwrap_or(1));
-        let id = UniqueId::parse(&get("CCL_UNIQUE_ID").ok_or_else(|| Error::invalid("CCL_UNIQUE_ID is not set"))?)?;
-        if size == 0 || rank >= size {
-            return Err(Error::invalid(format!("CCL_RANK={rank} is not below CCL_WORLD_SIZE={size}")));
-        }
-        Ok(Some(LaunchEnv { rank, size, local_rank, local_size, id }))
-    }
-}
-
-/// Starts this process's world: from cclrun's environment if present,
+/// Starts this process's world: from a launcher's environment if present,
 /// else as a lone process.
 pub fn init() -> Result<Group> {
     crate::comm::install_dump_on_sigusr1();
@@ -81,6 +47,12 @@ pub fn lone(config: Config) -> Result<Group> {
 pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let job = env.id.job_tag();
     let at = |e: Error| e.at_rank(env.rank);
+    if env.serve_rendezvous {
+        let rv = Rendezvous::bind_for(env.bind_addr(), env.id.clone(), env.size).map_err(at)?;
+        let timeout = config.timeout;
+        // its outcome reaches this rank through its own join below
+        std::thread::spawn(move || rv.serve(timeout));
+    }
     let bell = Shm::create_bell(&job, env.rank).map_err(at)?;
     let listener = Tcp::listen(tcp_ip(&config, &env.id).map_err(at)?).map_err(at)?;
     let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;
@@ -107,6 +79,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?;
     let comm_id = u64::from_str_radix(&job, 16).unwrap_or(1);
     if config.debug >= crate::config::LogLevel::Info && env.rank == 0 {
+        eprintln!("ccl INFO {} ranks started by {}, rendezvous {}", env.size, env.source, env.id);
         for p in &table {
             eprintln!("ccl INFO rank {} on {} (pid {})", p.rank, p.host, p.pid);
         }
@@ -136,25 +109,6 @@ fn tcp_ip(config: &Config, id: &UniqueId) -> Result<std::net::IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn launch_env_is_parsed_and_checked() {
-        let id = UniqueId::new("127.0.0.1:9".parse().expect("addr")).to_env_string();
-        let env = |rank: &'static str, size: &'static str| {
-            let id = id.clone();
-            move |k: &str| match k {
-                "CCL_RANK" => Some(rank.to_string()),
-                "CCL_WORLD_SIZE" => Some(size.to_string()),
-                "CCL_UNIQUE_ID" => Some(id.clone()),
-                _ => None,
-            }
-        };
-        let e = LaunchEnv::from_lookup(env("1", "4")).expect("ok").expect("some");
-        assert_eq!((e.rank, e.size, e.local_rank, e.local_size), (1, 4, 0, 1));
-        assert!(LaunchEnv::from_lookup(env("4", "4")).is_err());
-        assert!(LaunchEnv::from_lookup(env("x", "4")).is_err());
-        assert!(LaunchEnv::from_lookup(|_| None).expect("ok").is_none());
-    }
 
     #[test]
     fn a_lone_process_is_a_world_of_one() {

@@ -75,6 +75,13 @@ impl Rendezvous {
         Ok(Rendezvous { listener, id: UniqueId::new(addr), nranks })
     }
 
+    /// Listens on `addr` for the job `id` names (its secret; ranks reach
+    /// the server at `id.addr`, which may differ from `addr`, e.g. `0.0.0.0`).
+    pub fn bind_for(addr: SocketAddr, id: UniqueId, nranks: usize) -> Result<Self> {
+        let listener = TcpListener::bind(addr).map_err(|e| Error::transport(format!("rendezvous bind {addr}: {e}")))?;
+        Ok(Rendezvous { listener, id, nranks })
+    }
+
     /// The id ranks need (address and secret).
     pub fn id(&self) -> &UniqueId {
         &self.id
