@@ -1,20 +1,23 @@
-//! Running a job: rendezvous, ranks, output, supervision, cleanup.
+//! Running a job: hosts, rendezvous, ranks, output, supervision, cleanup.
 //!
-//! When a rank fails (non-zero exit or a signal), the others get a moment
-//! to notice the lost peer and exit with their own error, then SIGTERM,
-//! then SIGKILL. cclrun exits with the first failing rank's code (128 +
-//! signal for a signal). SIGINT and SIGTERM sent to cclrun are passed to
-//! every rank. Ranks die with cclrun: they are started with
-//! PR_SET_PDEATHSIG = SIGKILL.
+//! Other hosts are reached first, all in parallel, and their agents check
+//! the program is there; only when every host is ready does any rank
+//! start. When a rank fails (non-zero exit or a signal) or a host's
+//! connection is lost, the others get a moment to notice the lost peer and
+//! exit with their own error, then SIGTERM, then SIGKILL. cclrun exits with
+//! the first failure's code (128 + signal for a signal, 255 for a lost
+//! host). SIGINT and SIGTERM sent to cclrun are passed to every rank.
 
+use crate::hosts::{self, Started};
 use ccl::bootstrap::Rendezvous;
 use ccl::transport::shm::Shm;
 use cclrun::place::Placement;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use cclrun::proto::{Event, Msg, Status};
+use cclrun::spawn::{self, Ranks};
+use cclrun::ssh::SshOpts;
+use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant};
 
 /// What to run, where.
@@ -23,8 +26,10 @@ pub struct Spec {
     pub placement: Vec<Placement>,
     /// Host names by index.
     pub host_names: Vec<String>,
-    /// The resolved program.
-    pub program: PathBuf,
+    /// Per host: this host itself (no SSH).
+    pub local: Vec<bool>,
+    /// The program as given.
+    pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
     /// Extra environment (`-x`).
@@ -33,12 +38,18 @@ pub struct Spec {
     pub tag_output: bool,
     /// End the job after this long.
     pub timeout: Option<Duration>,
+    /// How to reach other hosts.
+    pub ssh: SshOpts,
+    /// Path of cclrun on other hosts.
+    pub remote_cclrun: String,
 }
 
 /// Time the surviving ranks get to report a lost peer themselves.
 const NOTICE: Duration = Duration::from_secs(2);
 /// Time between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(3);
+/// Exit code for a lost host.
+const HOST_LOST: i32 = 255;
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
@@ -60,57 +71,53 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-fn describe(st: ExitStatus) -> String {
-    match (st.code(), st.signal()) {
+fn describe(st: Status) -> String {
+    match (st.code, st.signal) {
         (Some(c), _) => format!("exited with code {c}"),
         (None, Some(s)) => format!("was killed by signal {s} ({})", signal_name(s)),
         _ => "ended".into(),
     }
 }
 
-fn exit_code(st: ExitStatus) -> i32 {
-    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+fn exit_code(st: Status) -> i32 {
+    st.code.unwrap_or_else(|| 128 + st.signal.unwrap_or(0))
 }
 
-/// Copies `r` to our stdout or stderr a line at a time, prefixed if asked.
-fn forward(r: impl Read + Send + 'static, prefix: Option<String>, to_err: bool) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(r);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {
-                    if !line.ends_with(b"\n") {
-                        line.push(b'\n');
-                    }
-                    let mut out: Box<dyn Write> =
-                        if to_err { Box::new(std::io::stderr().lock()) } else { Box::new(std::io::stdout().lock()) };
-                    if let Some(p) = &prefix {
-                        let _ = out.write_all(p.as_bytes());
-                    }
-                    let _ = out.write_all(&line);
-                    let _ = out.flush();
-                }
-            }
-        }
-    })
+/// What the supervisor hears.
+pub enum Update {
+    /// From a rank, on any host.
+    Rank(Event),
+    /// A remote host's agent finished (`Ok`) or its connection was lost.
+    HostEnded(usize, Result<(), String>),
 }
 
-fn kill(children: &[Child], status: &[Option<ExitStatus>], sig: i32) {
-    for (c, s) in children.iter().zip(status) {
-        if s.is_none() {
-            // SAFETY: sending a signal to our own child, which we have not
-            // reaped; SIGCONT after SIGTERM lets a stopped rank act on it.
-            unsafe {
-                libc::kill(c.id() as libc::pid_t, sig);
-                if sig == libc::SIGTERM {
-                    libc::kill(c.id() as libc::pid_t, libc::SIGCONT);
-                }
+/// How to reach one host's ranks.
+pub enum Control {
+    /// Started here.
+    Local(Ranks),
+    /// Through that host's agent.
+    Remote(Sender<i32>),
+}
+
+fn kill(ctl: &[Control], sig: i32) {
+    for c in ctl {
+        match c {
+            Control::Local(r) => r.signal(sig),
+            Control::Remote(tx) => {
+                let _ = tx.send(sig);
             }
         }
     }
+}
+
+fn write_line(err: bool, prefix: Option<&str>, line: &[u8]) {
+    let mut out: Box<dyn Write> =
+        if err { Box::new(std::io::stderr().lock()) } else { Box::new(std::io::stdout().lock()) };
+    if let Some(p) = prefix {
+        let _ = out.write_all(p.as_bytes());
+    }
+    let _ = out.write_all(line);
+    let _ = out.flush();
 }
 
 /// Runs the job; the exit code for cclrun.
@@ -120,7 +127,13 @@ pub fn run(spec: &Spec) -> i32 {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
-    let rv = match Rendezvous::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), np) {
+    let conns = match hosts::connect_all(spec) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // ranks elsewhere reach the rendezvous at the address they reach us by
+    let ip = conns.iter().flatten().map(|c| c.local_ip).next().unwrap_or([127, 0, 0, 1].into());
+    let rv = match Rendezvous::bind(std::net::SocketAddr::new(ip, 0), np) {
         Ok(rv) => rv,
         Err(e) => {
             eprintln!("cclrun: {e}");
@@ -129,94 +142,119 @@ pub fn run(spec: &Spec) -> i32 {
     };
     let id = rv.id().clone();
     Shm::sweep_stale();
+    let (tx, rx) = mpsc::channel::<Update>();
+    let Started { agents, local_program } = match hosts::prepare(spec, conns, &id) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
     let serve_for = spec.timeout.unwrap_or(Duration::from_secs(600));
     let server = std::thread::spawn(move || rv.serve(serve_for));
-    let parent = std::process::id() as libc::pid_t;
-    let mut children = Vec::with_capacity(np);
+    // every host is ready: start the ranks
+    let mut ctl = Vec::new();
     let mut pumps = Vec::new();
-    for (rank, p) in spec.placement.iter().enumerate() {
-        let mut cmd = Command::new(&spec.program);
-        cmd.args(&spec.args)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .env("CCL_RANK", rank.to_string())
-            .env("CCL_WORLD_SIZE", np.to_string())
-            .env("CCL_LOCAL_RANK", p.local_rank.to_string())
-            .env("CCL_LOCAL_SIZE", p.local_size.to_string())
-            .env("CCL_UNIQUE_ID", id.to_env_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // SAFETY: between fork and exec we only make async-signal-safe calls
-        // (prctl, getppid, _exit).
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if libc::getppid() != parent {
-                    libc::_exit(1); // cclrun died before prctl took effect
-                }
-                Ok(())
-            });
-        }
-        match cmd.spawn() {
-            Ok(mut c) => {
-                let prefix = spec.tag_output.then(|| format!("[{rank}] "));
-                if let Some(o) = c.stdout.take() {
-                    pumps.push(forward(o, prefix.clone(), false));
-                }
-                if let Some(e) = c.stderr.take() {
-                    pumps.push(forward(e, prefix, true));
-                }
-                children.push(c);
+    for (h, agent) in agents.into_iter().enumerate() {
+        match agent {
+            Some(a) => {
+                let (stx, srx) = mpsc::channel();
+                ctl.push(Control::Remote(stx));
+                let tx = tx.clone();
+                pumps.push(std::thread::spawn(move || {
+                    let fwd = tx.clone();
+                    let r = a.run(srx, move |m| {
+                        if let Msg::Event(e) = m {
+                            let _ = fwd.send(Update::Rank(e));
+                        }
+                    });
+                    let _ = tx.send(Update::HostEnded(h, r));
+                }));
             }
-            Err(e) => {
-                eprintln!("cclrun: cannot start rank {rank} ({}): {e}", spec.program.display());
-                let none = vec![None; children.len()];
-                kill(&children, &none, libc::SIGKILL);
-                for c in &mut children {
-                    let _ = c.wait();
+            None => {
+                let job = hosts::host_job(spec, h, &id, false);
+                let (etx, erx) = mpsc::channel();
+                let program = local_program.as_deref().unwrap_or(std::path::Path::new(&spec.program));
+                match spawn::spawn(&job, program, &etx) {
+                    Ok(r) => ctl.push(Control::Local(r)),
+                    Err(e) => {
+                        eprintln!("cclrun: {e}");
+                        kill(&ctl, libc::SIGKILL);
+                        return 127;
+                    }
                 }
-                return 127;
+                let tx = tx.clone();
+                std::thread::spawn(move || erx.into_iter().for_each(|e| drop(tx.send(Update::Rank(e)))));
             }
         }
     }
+    drop(tx);
+    let code = supervise(spec, &ctl, &rx);
+    drop(ctl); // remote agents see no more signals; their pumps end at DONE
+    for p in pumps {
+        let _ = p.join();
+    }
+    spawn::remove_shm_files(&id.job_tag());
+    if server.is_finished() && code == 0 {
+        if let Ok(Err(e)) = server.join() {
+            eprintln!("cclrun: {e}");
+        }
+    }
+    code
+}
 
+/// Watches the ranks until all have ended; the job's exit code.
+fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>) -> i32 {
+    let np = spec.placement.len();
     let start = Instant::now();
-    let mut status: Vec<Option<ExitStatus>> = vec![None; np];
-    let mut first_fail: Option<(usize, ExitStatus, Instant)> = None;
+    let mut status: Vec<Option<Status>> = vec![None; np];
+    let mut pid = vec![0u32; np];
+    let mut first_fail: Option<(i32, Instant)> = None;
     let mut term_at: Option<Instant> = None;
     let mut forwarded: Option<i32> = None;
     let mut timed_out = false;
-    loop {
-        // ranks that ended since the last sweep; when several failed at once,
-        // one killed by a signal is the cause rather than one that reported it
+    let quiet = |ff: &Option<(i32, Instant)>, fw: &Option<i32>, to: bool| ff.is_none() && fw.is_none() && !to;
+    while status.iter().any(Option::is_none) {
+        // several ranks failing at once: one killed by a signal is the cause
+        // rather than one that reported it, so look at all that are queued
         let mut ended = Vec::new();
-        for (rank, c) in children.iter_mut().enumerate() {
-            if status[rank].is_none() {
-                if let Ok(Some(st)) = c.try_wait() {
-                    status[rank] = Some(st);
-                    ended.push((rank, st));
+        let mut next = rx.recv_timeout(Duration::from_millis(20)).ok();
+        while let Some(u) = next {
+            match u {
+                Update::Rank(Event::Started { rank, pid: p }) => pid[rank] = p,
+                Update::Rank(Event::Output { rank, err, line }) => {
+                    write_line(err, spec.tag_output.then(|| format!("[{rank}] ")).as_deref(), &line)
+                }
+                Update::Rank(Event::Exit { rank, status: st }) => {
+                    if status[rank].is_none() {
+                        status[rank] = Some(st);
+                        ended.push((rank, st));
+                    }
+                }
+                Update::HostEnded(_, Ok(())) => {}
+                Update::HostEnded(h, Err(why)) => {
+                    let lost: Vec<usize> =
+                        (0..np).filter(|&r| spec.placement[r].host == h && status[r].is_none()).collect();
+                    if !lost.is_empty() && quiet(&first_fail, &forwarded, timed_out) {
+                        eprintln!("cclrun: host {}: {why}; ending the job", spec.host_names[h]);
+                        first_fail = Some((HOST_LOST, Instant::now()));
+                    }
+                    for r in lost {
+                        status[r] = Some(Status { code: Some(HOST_LOST), signal: None });
+                    }
                 }
             }
+            next = rx.try_recv().ok();
         }
-        ended.sort_by_key(|(rank, st)| (st.signal().is_none(), *rank));
+        ended.sort_by_key(|(rank, st)| (st.signal.is_none(), *rank));
         if let Some(&(rank, st)) = ended.iter().find(|(_, st)| !st.success()) {
-            if first_fail.is_none() && forwarded.is_none() && !timed_out {
+            if quiet(&first_fail, &forwarded, timed_out) {
                 let host = &spec.host_names[spec.placement[rank].host];
-                eprintln!(
-                    "cclrun: rank {rank} (pid {}) on {host} {}; ending the job",
-                    children[rank].id(),
-                    describe(st)
-                );
-                first_fail = Some((rank, st, Instant::now()));
+                eprintln!("cclrun: rank {rank} (pid {}) on {host} {}; ending the job", pid[rank], describe(st));
+                first_fail = Some((exit_code(st), Instant::now()));
             }
-        }
-        if status.iter().all(Option::is_some) {
-            break;
         }
         let sig = SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
             eprintln!("cclrun: got {}, passing it to every rank", signal_name(sig));
-            kill(&children, &status, sig);
+            kill(ctl, sig);
             forwarded = Some(sig);
             term_at.get_or_insert_with(Instant::now);
         }
@@ -224,42 +262,23 @@ pub fn run(spec: &Spec) -> i32 {
             if !timed_out && start.elapsed() >= limit {
                 eprintln!("cclrun: job timed out after {:.1} s; ending it", limit.as_secs_f64());
                 timed_out = true;
-                kill(&children, &status, libc::SIGTERM);
+                kill(ctl, libc::SIGTERM);
                 term_at.get_or_insert_with(Instant::now);
             }
         }
-        if let Some((_, _, at)) = first_fail {
+        if let Some((_, at)) = first_fail {
             if term_at.is_none() && at.elapsed() >= NOTICE {
-                kill(&children, &status, libc::SIGTERM);
+                kill(ctl, libc::SIGTERM);
                 term_at = Some(Instant::now());
             }
         }
         if term_at.is_some_and(|t| t.elapsed() >= KILL_GRACE) {
-            kill(&children, &status, libc::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    for p in pumps {
-        let _ = p.join();
-    }
-    // files of ranks that died before removing them
-    let prefix = Shm::file_prefix(&id.job_tag());
-    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
-        for e in dir.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-    // a rendezvous that failed while no rank did (a rank never joined)
-    if server.is_finished() && first_fail.is_none() && forwarded.is_none() && !timed_out {
-        if let Ok(Err(e)) = server.join() {
-            eprintln!("cclrun: {e}");
+            kill(ctl, libc::SIGKILL);
         }
     }
     match (timed_out, first_fail, forwarded) {
         (true, _, _) => 124,
-        (_, Some((_, st, _)), _) => exit_code(st),
+        (_, Some((code, _)), _) => code,
         (_, None, Some(sig)) => 128 + sig,
         _ => status.iter().flatten().map(|s| exit_code(*s)).find(|&c| c != 0).unwrap_or(0),
     }

@@ -2,20 +2,25 @@
 //!
 //! ```text
 //! cclrun -np 4 ./app                       # 4 ranks on this host
-//! cclrun -np 8 --hostfile hosts ./app      # ranks placed by the hostfile's slots
+//! cclrun -np 8 --hostfile hosts ./app      # ranks placed by the hostfile's slots, over SSH
+//! cclrun -np 8 --hostfile hosts --via mpirun ./app   # mpirun starts the processes
 //! ```
 //! cclrun hosts the rendezvous, starts the ranks with `CCL_*` in their
-//! environment, forwards their output line by line, and when a rank fails
-//! ends the others and exits with that rank's status.
+//! environment (on other hosts through `cclrun agent` over SSH), forwards
+//! their output line by line, and when a rank fails ends the others and
+//! exits with that rank's status.
 
+mod hosts;
 mod job;
+mod via;
 
 use cclrun::hostfile::{self, HostSlots};
 use cclrun::place::{self, MapBy};
+use cclrun::ssh::SshOpts;
 use clap::Parser;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
+use via::Via;
 
 /// Launch an SPMD program as N ranks (mpirun-style).
 #[derive(Parser, Debug)]
@@ -45,6 +50,27 @@ struct Cli {
     /// End the whole job after SECS seconds (exit code 124)
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
+    /// Private key for SSH (default: the ssh agent, then ~/.ssh/id_{ed25519,ecdsa,rsa})
+    #[arg(long, value_name = "FILE")]
+    ssh_key: Option<PathBuf>,
+    /// sshd's port on every host
+    #[arg(long, value_name = "PORT", default_value_t = 22)]
+    ssh_port: u16,
+    /// Host keys to trust [default: ~/.ssh/known_hosts]
+    #[arg(long, value_name = "FILE")]
+    known_hosts: Option<PathBuf>,
+    /// Trust and record the keys of hosts not in known_hosts (a changed key is always refused)
+    #[arg(long)]
+    accept_new_host_keys: bool,
+    /// Path of cclrun on the other hosts [default: this cclrun's path]
+    #[arg(long, value_name = "PATH")]
+    remote_cclrun: Option<String>,
+    /// Let another launcher start the processes (no SSH from cclrun)
+    #[arg(long, value_enum, value_name = "LAUNCHER")]
+    via: Option<Via>,
+    /// Print what would run where, and start nothing
+    #[arg(long)]
+    dry_run: bool,
     /// The program to run, and its arguments
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     command: Vec<String>,
@@ -61,27 +87,20 @@ fn is_local(name: &str) -> bool {
     matches!(name, "localhost" | "localhost.localdomain" | "127.0.0.1" | "::1" | "[::1]") || name == me
 }
 
-/// Finds `prog` like a shell would; the message says why not.
-fn resolve(prog: &str) -> Result<PathBuf, String> {
-    let executable =
-        |p: &Path| p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
-    if prog.contains('/') {
-        let p = PathBuf::from(prog);
-        if !p.exists() {
-            return Err(format!("{prog}: no such file"));
-        }
-        return if executable(&p) { Ok(p) } else { Err(format!("{prog}: not an executable file")) };
+/// `first-last` for consecutive ranks, else a list.
+fn ranks_text(r: &[usize]) -> String {
+    match r {
+        [] => "no ranks".into(),
+        [one] => format!("rank {one}"),
+        [a, .., b] if b - a + 1 == r.len() => format!("ranks {a}-{b}"),
+        _ => format!("ranks {}", r.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")),
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(prog))
-        .find(|p| executable(p))
-        .ok_or_else(|| format!("{prog}: command not found"))
 }
 
 fn run() -> i32 {
     let args = std::env::args_os().map(|a| if a == "-np" { "--np".into() } else { a });
     let cli = Cli::parse_from(args);
+    let local_only = cli.hostfile.is_none() && cli.host.is_none();
     if cli.np == 0 {
         return fail("-np must be at least 1", 2);
     }
@@ -99,16 +118,9 @@ fn run() -> i32 {
         },
         (None, None) => (vec![HostSlots { name: "localhost".into(), slots: cli.np, max_slots: None }], true),
     };
-    if let Some(h) = hosts.iter().find(|h| !is_local(&h.name)) {
-        return fail(format!("host {}: launching on other hosts (over SSH) is not supported yet", h.name), 2);
-    }
     let host_of = match place::place(&hosts, cli.np, cli.map_by, oversubscribe) {
         Ok(p) => p,
         Err(e) => return fail(e, 2),
-    };
-    let prog = match resolve(&cli.command[0]) {
-        Ok(p) => p,
-        Err(e) => return fail(e, 127),
     };
     let mut env = Vec::new();
     for x in &cli.export {
@@ -120,18 +132,70 @@ fn run() -> i32 {
             },
         }
     }
+    if let Some(v) = cli.via {
+        return run_via(&cli, v, &hosts, local_only, env);
+    }
+    let mut ssh = SshOpts::from_env();
+    ssh.port = cli.ssh_port;
+    ssh.key = cli.ssh_key.clone();
+    ssh.accept_new = cli.accept_new_host_keys;
+    if let Some(k) = &cli.known_hosts {
+        ssh.known_hosts = k.clone();
+    }
+    let this = std::env::current_exe().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| "cclrun".into());
     let spec = job::Spec {
         placement: place::locals(&host_of, hosts.len()),
         host_names: hosts.iter().map(|h| h.name.clone()).collect(),
-        program: prog,
+        local: hosts.iter().map(|h| is_local(&h.name)).collect(),
+        program: cli.command[0].clone(),
         args: cli.command[1..].to_vec(),
         env,
         tag_output: cli.tag_output,
         timeout: cli.timeout.filter(|t| *t > 0.0).map(Duration::from_secs_f64),
+        ssh,
+        remote_cclrun: cli.remote_cclrun.clone().unwrap_or(this),
     };
+    if cli.dry_run {
+        for (h, name) in spec.host_names.iter().enumerate() {
+            let r: Vec<usize> = (0..cli.np).filter(|&r| spec.placement[r].host == h).collect();
+            let how = if spec.local[h] {
+                "started here".to_string()
+            } else {
+                let user = if name.contains('@') { String::new() } else { format!("{}@", spec.ssh.user) };
+                format!("ssh {user}{name} port {}, `{} agent`", spec.ssh.port, spec.remote_cclrun)
+            };
+            println!("{name}: {} ({how})", ranks_text(&r));
+        }
+        return 0;
+    }
     job::run(&spec)
 }
 
+/// `--via`: the other launcher's command line, run or (`--dry-run`) shown.
+fn run_via(cli: &Cli, v: Via, hosts: &[HostSlots], local_only: bool, env: Vec<(String, String)>) -> i32 {
+    let w = via::Where {
+        np: cli.np,
+        hostfile: cli.hostfile.as_deref(),
+        hosts: (!local_only).then_some(hosts),
+        map_by: cli.map_by,
+        oversubscribe: cli.oversubscribe,
+    };
+    let mut forward: Vec<String> = vec!["CCL_UNIQUE_ID".into()];
+    forward.extend(std::env::vars().map(|(k, _)| k).filter(|k| k.starts_with("CCL_") && k != "CCL_UNIQUE_ID"));
+    forward.extend(env.iter().map(|(k, _)| k.clone()));
+    forward.dedup();
+    let cmd = via::command(v, &w, &forward, &cli.command);
+    if cli.dry_run {
+        println!("CCL_UNIQUE_ID=<set by cclrun> {}", via::shell_line(&cmd));
+        return 0;
+    }
+    let ip = via::address_toward(hosts.iter().map(|h| h.name.as_str()).find(|h| !is_local(h)));
+    via::run(&cmd, &env, cli.np, ip)
+}
+
 fn main() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "agent") {
+        std::process::exit(cclrun::agent::main());
+    }
     std::process::exit(run());
 }

@@ -1,0 +1,197 @@
+//! Starting one host's ranks and watching them: used by cclrun for the
+//! ranks of its own host and by `cclrun agent` on every other host.
+//!
+//! Each rank's stdout and stderr are read a line at a time and its exit is
+//! reported, all as [`Event`]s on one channel. Ranks die with the thread
+//! that started them (`PR_SET_PDEATHSIG = SIGKILL`), so [`spawn`] must be
+//! called from a thread that lives as long as the job (the main thread).
+
+use crate::proto::{Event, HostJob, Status};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a rank's exit waits for the rest of its output.
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// Finds `prog` like a shell would (relative to the working directory when
+/// it has a `/`, else on `PATH`); the message says why not.
+pub fn resolve(prog: &str) -> Result<PathBuf, String> {
+    let executable =
+        |p: &Path| p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        if !p.exists() {
+            return Err(format!("{prog}: no such file"));
+        }
+        return if executable(&p) { Ok(p) } else { Err(format!("{prog}: not an executable file")) };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| executable(p))
+        .ok_or_else(|| format!("{prog}: command not found"))
+}
+
+/// The running ranks of one host.
+pub struct Ranks {
+    /// Per started rank: its pid while it has not been reaped.
+    live: Arc<Mutex<Vec<Option<libc::pid_t>>>>,
+}
+
+impl Ranks {
+    /// Sends `sig` to every rank still running; after SIGTERM also SIGCONT,
+    /// so a stopped rank acts on it.
+    pub fn signal(&self, sig: i32) {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        for pid in live.iter().flatten() {
+            // SAFETY: the pid is our unreaped child (the waiter clears it
+            // under this lock before reaping), so it cannot have been reused.
+            unsafe {
+                libc::kill(*pid, sig);
+                if sig == libc::SIGTERM {
+                    libc::kill(*pid, libc::SIGCONT);
+                }
+            }
+        }
+    }
+
+    /// Ranks not yet reaped.
+    pub fn running(&self) -> usize {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten().count()
+    }
+}
+
+/// Status of an exited child.
+fn status_of(st: std::process::ExitStatus) -> Status {
+    Status { code: st.code(), signal: st.signal() }
+}
+
+/// Starts every rank of `job` with `program` (already resolved); events go
+/// to `tx`. On a failure to start, the ranks already started are killed.
+pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>) -> Result<Ranks, String> {
+    let live = Arc::new(Mutex::new(Vec::with_capacity(job.ranks.len())));
+    let ranks = Ranks { live: live.clone() };
+    let parent = std::process::id() as libc::pid_t;
+    for r in &job.ranks {
+        let mut cmd = Command::new(program);
+        cmd.args(&job.args)
+            .envs(job.env.iter().map(|(k, v)| (k, v)))
+            .env("CCL_RANK", r.rank.to_string())
+            .env("CCL_WORLD_SIZE", job.world.to_string())
+            .env("CCL_LOCAL_RANK", r.local_rank.to_string())
+            .env("CCL_LOCAL_SIZE", r.local_size.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(dir) = &job.cwd {
+            cmd.current_dir(dir);
+        }
+        // SAFETY: between fork and exec we only make async-signal-safe calls
+        // (prctl, getppid, _exit).
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent {
+                    libc::_exit(1); // the launcher died before prctl took effect
+                }
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(child) => {
+                let pid = child.id() as libc::pid_t;
+                let slot = {
+                    let mut l = live.lock().unwrap_or_else(|p| p.into_inner());
+                    l.push(Some(pid));
+                    l.len() - 1
+                };
+                let _ = tx.send(Event::Started { rank: r.rank, pid: pid as u32 });
+                watch(child, r.rank, slot, live.clone(), tx.clone());
+            }
+            Err(e) => {
+                ranks.signal(libc::SIGKILL);
+                return Err(format!("cannot start rank {} ({}): {e}", r.rank, program.display()));
+            }
+        }
+    }
+    Ok(ranks)
+}
+
+/// Pumps the child's output and reports its exit.
+fn watch(mut child: Child, rank: usize, slot: usize, live: Arc<Mutex<Vec<Option<libc::pid_t>>>>, tx: Sender<Event>) {
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let mut pumps = 0;
+    if let Some(o) = child.stdout.take() {
+        pump(o, rank, false, tx.clone(), done_tx.clone());
+        pumps += 1;
+    }
+    if let Some(e) = child.stderr.take() {
+        pump(e, rank, true, tx.clone(), done_tx);
+        pumps += 1;
+    }
+    std::thread::spawn(move || {
+        let pid = child.id();
+        // wait without reaping, so the pid stays ours while we mark it dead
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: waitid on our own child with a valid siginfo_t pointer.
+            let rc = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+            if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        let status = {
+            let mut l = live.lock().unwrap_or_else(|p| p.into_inner());
+            l[slot] = None;
+            child.wait().map(status_of).unwrap_or(Status { code: None, signal: None })
+        };
+        for _ in 0..pumps {
+            if done_rx.recv_timeout(DRAIN).is_err() {
+                break; // something else holds the pipe open; report the exit anyway
+            }
+        }
+        let _ = tx.send(Event::Exit { rank, status });
+    });
+}
+
+/// Sends `r`'s lines as output events; newline-terminated, bytes as they came.
+fn pump(r: impl Read + Send + 'static, rank: usize, err: bool, tx: Sender<Event>, done: Sender<()>) {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(r);
+        loop {
+            let mut line = Vec::new();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if !line.ends_with(b"\n") {
+                        line.push(b'\n');
+                    }
+                    if tx.send(Event::Output { rank, err, line }).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = done.send(());
+    });
+}
+
+/// Removes the job's shared-memory files left by ranks that died before
+/// removing them.
+pub fn remove_shm_files(job_tag: &str) {
+    let prefix = ccl::transport::shm::Shm::file_prefix(job_tag);
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
