@@ -2,6 +2,8 @@
 //! `coll_matrix` (every collective, checked) and `fault` (ranks that fail
 //! on purpose). The tests find `cclrun` next to their own build output.
 
+pub mod cluster;
+
 use std::path::PathBuf;
 
 /// The `cclrun` binary of this build (`target/<profile>/cclrun`).

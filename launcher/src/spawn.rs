@@ -45,17 +45,20 @@ pub struct Ranks {
 }
 
 impl Ranks {
-    /// Sends `sig` to every rank still running; after SIGTERM also SIGCONT,
-    /// so a stopped rank acts on it.
+    /// Sends `sig` to every rank still running, and to the processes it
+    /// started (its process group); after SIGTERM also SIGCONT, so a
+    /// stopped rank acts on it.
     pub fn signal(&self, sig: i32) {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         for pid in live.iter().flatten() {
             // SAFETY: the pid is our unreaped child (the waiter clears it
             // under this lock before reaping), so it cannot have been reused.
             unsafe {
-                libc::kill(*pid, sig);
-                if sig == libc::SIGTERM {
-                    libc::kill(*pid, libc::SIGCONT);
+                for s in [sig, libc::SIGCONT].into_iter().take(if sig == libc::SIGTERM { 2 } else { 1 }) {
+                    // the group, or the rank alone if it has not made its group yet
+                    if libc::kill(-*pid, s) != 0 {
+                        libc::kill(*pid, s);
+                    }
                 }
             }
         }
@@ -93,9 +96,10 @@ pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>) -> Result<Ranks,
             cmd.current_dir(dir);
         }
         // SAFETY: between fork and exec we only make async-signal-safe calls
-        // (prctl, getppid, _exit).
+        // (setpgid, prctl, getppid, _exit).
         unsafe {
             cmd.pre_exec(move || {
+                libc::setpgid(0, 0); // its own group, so its children can be signalled with it
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 if libc::getppid() != parent {
                     libc::_exit(1); // the launcher died before prctl took effect

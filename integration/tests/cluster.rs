@@ -1,0 +1,170 @@
+//! cclrun across hosts: network namespaces with their own sshd (made by
+//! scripts/cluster.sh), reached over SSH. The collective matrix, placement,
+//! every bad input the cluster makes possible, and lost launchers and
+//! hosts; after each, nothing may be left running on any host.
+//! Needs root, sshd and iproute2; skips without them unless
+//! CCL_TEST_REQUIRE_ALL=1.
+
+use ccl_integration::cclrun;
+use ccl_integration::cluster::Cluster;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const MATRIX: &str = env!("CARGO_BIN_EXE_coll_matrix");
+
+fn run(c: &Cluster, args: &[&str]) -> Output {
+    Command::new(cclrun()).args(c.args()).args(args).output().expect("start cclrun")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+/// Waits until `f` holds, for at most `secs`.
+fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
+}
+
+fn assert_clean(c: &Cluster) {
+    assert!(eventually(10, || c.strays().is_empty()), "left running: {:?}", c.strays());
+}
+
+#[test]
+fn matrix_across_four_hosts() {
+    let Some(c) = Cluster::up("matrix", 4, 2) else { return };
+    for extra in [&[][..], &["-x", "CCL_ALGO=tree-ring"], &["--map-by", "node", "-x", "CCL_ALGO=ring-ring"]] {
+        let mut args = vec!["-np", "8", "-x", "CCL_TIMEOUT=120"];
+        args.extend_from_slice(extra);
+        args.push(MATRIX);
+        let o = run(&c, &args);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{extra:?}: {err}");
+        assert_eq!(out.matches("all collectives correct").count(), 8, "{out}");
+    }
+    assert_clean(&c);
+}
+
+#[test]
+fn placement_and_topology_are_reported() {
+    let Some(c) = Cluster::up("place", 4, 2) else { return };
+    let show = "echo $CCL_RANK $CCL_HOSTID $CCL_LOCAL_RANK $CCL_LOCAL_SIZE";
+    for (by, host_of) in [("slot", [1, 1, 2, 2, 3, 3, 4, 4]), ("node", [1, 2, 3, 4, 1, 2, 3, 4])] {
+        let o = run(&c, &["-np", "8", "--map-by", by, "sh", "-c", show]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{err}");
+        let mut lines: Vec<Vec<String>> =
+            out.lines().map(|l| l.split_whitespace().map(String::from).collect()).collect();
+        lines.sort_by_key(|w| w[0].parse::<usize>().unwrap_or(0));
+        for (rank, w) in lines.iter().enumerate() {
+            assert_eq!(w[0], rank.to_string());
+            assert_eq!(w[1], format!("host{}", host_of[rank]), "--map-by {by}: {out}");
+            assert_eq!(
+                (w[2].as_str(), w[3].as_str()),
+                (if by == "slot" { rank % 2 } else { rank / 4 }.to_string().as_str(), "2")
+            );
+        }
+    }
+    // CCL_DEBUG=INFO: the rank → host map and the algorithm chosen across hosts
+    let perf = cclrun().with_file_name("ccl-perf");
+    let perf = perf.to_string_lossy();
+    let o = run(&c, &["-np", "8", "-x", "CCL_DEBUG=INFO", &perf, "-b", "1M", "-e", "1M", "-n", "2", "-w", "1"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    for r in 0..8 {
+        assert!(err.contains(&format!("ccl INFO rank {r} on host{}", r / 2 + 1)), "{err}");
+    }
+    assert!(err.contains("all_reduce 1048576 B on 8 ranks / 4 hosts: ring-ring"), "{err}");
+    assert!(out.contains("1048576"), "{out}");
+    assert_clean(&c);
+}
+
+#[test]
+fn bad_input_names_the_host_and_starts_nothing() {
+    let Some(c) = Cluster::up("bad", 3, 2) else { return };
+    let hosts = c.hosts();
+    let key = c.file("other-key");
+    let st = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f", &key]).status();
+    assert!(st.expect("ssh-keygen").success());
+    std::fs::write(c.file("empty-known-hosts"), "").expect("write");
+    let list = hosts.iter().map(|h| format!("{h}:2")).collect::<Vec<_>>().join(",");
+    let this = cclrun();
+    let ssh =
+        |key: &str, known: &str| ["-H", &list, "--ssh-key", key, "--known-hosts", known].map(String::from).to_vec();
+    let cases: Vec<(Vec<String>, i32, String)> = vec![
+        (ssh(&key, &c.file("known_hosts")), 255, format!("host {}: authentication as root refused", hosts[1])),
+        (ssh(&c.file("id"), &c.file("empty-known-hosts")), 255, format!("host {}: host key not in", hosts[2])),
+        (
+            ssh(&c.file("id"), &c.file("known_hosts")),
+            127,
+            format!("host {}: ./no-such-program: no such file", hosts[0]),
+        ),
+        (
+            [ssh(&c.file("id"), &c.file("known_hosts")), vec!["--remote-cclrun".into(), "/no/cclrun".into()]].concat(),
+            127,
+            format!("host {}: cannot start `/no/cclrun agent`", hosts[1]),
+        ),
+        (
+            vec!["-H".into(), format!("{}:2,nohost.invalid:4", hosts[0]), "--ssh-key".into(), c.file("id")],
+            255,
+            "host nohost.invalid: cannot resolve".into(),
+        ),
+    ];
+    for (args, code, want) in cases {
+        let prog = if want.contains("no-such-program") { "./no-such-program" } else { "true" };
+        let o = Command::new(&this).args(["-np", "6"]).args(&args).arg(prog).output().expect("cclrun");
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(&want) && err.contains("no rank was started"), "{args:?}: want {want:?} in {err}");
+        assert_clean(&c);
+    }
+    // too many ranks, a host listed twice: refused before connecting
+    let o = run(&c, &["-np", "7", "true"]);
+    assert!(text(&o).1.contains("7 ranks requested but the hosts have 6 slot(s)"), "{}", text(&o).1);
+    std::fs::write(c.file("twice"), format!("{0}\n{0} slots=2\n", hosts[0])).expect("write");
+    let o = Command::new(&this).args(["-np", "2", "--hostfile", &c.file("twice"), "true"]).output().expect("cclrun");
+    assert!(text(&o).1.contains(&format!("host {} is listed twice", hosts[0])));
+    // sshd down on one host
+    // SAFETY: ending the sshd this test's cluster started, by its pid.
+    unsafe { libc::kill(c.sshd_pid(2), libc::SIGTERM) };
+    let o = run(&c, &["-np", "6", "true"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(255), "{err}");
+    assert!(err.contains(&format!("host {}: cannot connect to {}:22", hosts[1], hosts[1])), "{err}");
+    assert_clean(&c);
+}
+
+#[test]
+fn no_rank_outlives_a_lost_launcher_or_host() {
+    let Some(c) = Cluster::up("lost", 4, 2) else { return };
+    let sleeping = |c: &Cluster| c.strays().iter().filter(|s| s.contains("sleep 300")).count();
+    // the launcher killed: every agent sees its channel close and ends its ranks
+    let mut job = Command::new(cclrun()).args(c.args()).args(["-np", "8", "sleep", "300"]).spawn().expect("cclrun");
+    assert!(eventually(20, || sleeping(&c) == 8), "{:?}", c.strays());
+    job.kill().expect("kill cclrun");
+    let _ = job.wait();
+    assert_clean(&c);
+    // one host's agent killed: cclrun reports the host and ends the others
+    let job = Command::new(cclrun())
+        .args(c.args())
+        .args(["-np", "8", "sleep", "300"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cclrun");
+    assert!(eventually(20, || sleeping(&c) == 8), "{:?}", c.strays());
+    let agent = c.strays().into_iter().find(|s| s.contains("cclrun agent")).expect("an agent");
+    let pid: i32 = agent.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid");
+    // SAFETY: killing an agent this test's cclrun started, by its pid.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let o = job.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(255), "{err}");
+    assert!(err.contains("the connection closed before its ranks ended; ending the job"), "{err}");
+    assert_clean(&c);
+}
