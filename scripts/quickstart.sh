@@ -5,11 +5,7 @@
 # Usage: scripts/quickstart.sh [ranks] [ccl-perf flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-if ! command -v cc >/dev/null 2>&1; then
-    $sudo apt-get update -q && $sudo apt-get install -y -q build-essential
-fi
+scripts/deps.sh build
 if ! command -v cargo >/dev/null 2>&1; then
     echo "quickstart: cargo not found; install the Rust toolchain (rustup) first" >&2
     exit 1

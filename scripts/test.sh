@@ -2,12 +2,19 @@
 # Every check, as CI runs it: formatting, lints, all tests (unit, symbolic
 # schedule proofs for 1..64 ranks, proptest, thread-rank collectives,
 # compile-fail, processes through cclrun, the fault suite, examples, doc
-# tests), then every fuzz target for CCL_FUZZ_SECONDS (default 30; 0 skips).
+# tests, hosts in network namespaces over SSH, mpirun), the MPI bootstrap
+# (feature `mpi`), then every fuzz target for CCL_FUZZ_SECONDS (default 30;
+# 0 skips). Installs missing Debian packages first (scripts/deps.sh).
+# Tests that need root (namespaces) or mpirun skip without them, unless
+# CCL_TEST_REQUIRE_ALL=1 (as in CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/deps.sh test
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -q -- -D warnings
+cargo clippy -p ccl-integration --all-targets --features mpi -q -- -D warnings
 cargo test --workspace
+cargo test -p ccl-integration --features mpi --test mpi_feature
 secs="${CCL_FUZZ_SECONDS:-30}"
 if [ "$secs" != 0 ]; then
     scripts/fuzz.sh "$secs"

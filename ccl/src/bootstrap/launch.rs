@@ -104,6 +104,13 @@ impl LaunchEnv {
     }
 }
 
+/// Started by mpirun or mpiexec (Open MPI or MPICH variables), with no
+/// rendezvous from cclrun or `CCL_ROOT`: the case MPI bootstraps.
+pub fn mpi_without_rendezvous(get: impl Fn(&str) -> Option<String>) -> bool {
+    let ccl = ["CCL_RANK", "CCL_UNIQUE_ID", "CCL_ROOT"].iter().any(|k| get(k).is_some());
+    !ccl && FOREIGN[..2].iter().any(|f| get(f.1).is_some())
+}
+
 /// `CCL_ROOT`: `host:port`, the host a name or an address (IPv4 preferred).
 fn resolve_root(root: &str) -> Result<SocketAddr> {
     let bad = |why: String| Error::invalid(format!("CCL_ROOT={root:?}: {why} (expected host:port)"));

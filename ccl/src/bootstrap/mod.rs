@@ -8,6 +8,8 @@ pub mod auth;
 pub mod hostid;
 pub mod id;
 pub mod launch;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod rendezvous;
 pub mod wire;
 
@@ -30,7 +32,13 @@ use std::sync::Arc;
 pub fn init() -> Result<Group> {
     crate::comm::install_dump_on_sigusr1();
     let config = Config::from_env()?;
-    match LaunchEnv::from_lookup(|k| std::env::var(k).ok())? {
+    let get = |k: &str| std::env::var(k).ok();
+    #[cfg(feature = "mpi")]
+    if launch::mpi_without_rendezvous(get) {
+        let env = mpi::launch_env(&config)?;
+        return start(&env, config);
+    }
+    match LaunchEnv::from_lookup(get)? {
         Some(env) => start(&env, config),
         None => lone(config),
     }

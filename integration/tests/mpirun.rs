@@ -1,0 +1,112 @@
+//! ccl programs started by Open MPI's mpirun: with `CCL_ROOT` and
+//! `CCL_SECRET` (rank 0 hosts the rendezvous), and through
+//! `cclrun --via mpirun`. Needs mpirun; skips without it unless
+//! CCL_TEST_REQUIRE_ALL=1. `cclrun --via srun` is checked by its
+//! `--dry-run` line (no Slurm here).
+
+use ccl_integration::cclrun;
+use ccl_integration::cluster::unavailable;
+use std::process::{Command, Output};
+
+const MATRIX: &str = env!("CARGO_BIN_EXE_coll_matrix");
+
+fn no_mpirun() -> bool {
+    let found = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    unavailable("mpirun (apt install openmpi-bin)", !found)
+}
+
+/// Open MPI refuses root unless told; CI runs as root.
+fn as_root(c: &mut Command) -> &mut Command {
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+}
+
+fn correct(o: &Output, np: usize) {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.matches("all collectives correct").count(), np, "{out}\n{err}");
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+#[test]
+fn mpirun_with_ccl_root() {
+    if no_mpirun() {
+        return;
+    }
+    let secret: String = (0..16).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+    let root = format!("CCL_ROOT=127.0.0.1:{}", free_port());
+    let o = as_root(&mut Command::new("mpirun"))
+        .args(["--oversubscribe", "-np", "4", "-x", &root, "-x", &format!("CCL_SECRET={secret}"), "-x"])
+        .args(["CCL_TIMEOUT=120", MATRIX])
+        .output()
+        .expect("mpirun");
+    correct(&o, 4);
+    // without a rendezvous, every rank says what to set
+    let o =
+        as_root(&mut Command::new("mpirun")).args(["--oversubscribe", "-np", "2", MATRIX]).output().expect("mpirun");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("started by Open MPI as rank 1 of 2, but no rendezvous is given: set CCL_ROOT"), "{err}");
+}
+
+#[test]
+fn cclrun_via_mpirun() {
+    if no_mpirun() {
+        return;
+    }
+    let o = as_root(&mut Command::new(cclrun()))
+        .args(["--via", "mpirun", "--oversubscribe", "-np", "3", "-x", "CCL_TIMEOUT=120", MATRIX])
+        .output()
+        .expect("cclrun");
+    correct(&o, 3);
+    // a failing rank fails the job
+    let o = as_root(&mut Command::new(cclrun()))
+        .args(["--via", "mpirun", "--oversubscribe", "-np", "2", "sh", "-c", "exit $OMPI_COMM_WORLD_RANK"])
+        .output()
+        .expect("cclrun");
+    assert!(!o.status.success());
+}
+
+#[test]
+fn via_dry_run_shows_the_command() {
+    let hosts = std::env::temp_dir().join(format!("ccl-via-hosts-{}", std::process::id()));
+    std::fs::write(&hosts, "a slots=2\nb slots=2\n").expect("write");
+    let h = hosts.to_string_lossy();
+    let o = Command::new(cclrun())
+        .args([
+            "--via",
+            "srun",
+            "--dry-run",
+            "-np",
+            "4",
+            "--map-by",
+            "node",
+            "--hostfile",
+            &h,
+            "-x",
+            "OMP_NUM_THREADS=2",
+        ])
+        .args(["./app", "--n", "1"])
+        .env_remove("CCL_DEBUG")
+        .output()
+        .expect("cclrun");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(
+        out.starts_with(
+            "CCL_UNIQUE_ID=<set by cclrun> srun --ntasks 4 --distribution cyclic --nodelist a,b --export ALL,CCL_UNIQUE_ID,"
+        ) && out.trim_end().ends_with("OMP_NUM_THREADS ./app --n 1"),
+        "{out}"
+    );
+    let o = Command::new(cclrun())
+        .args(["--via", "mpirun", "--dry-run", "-np", "4", "--hostfile", &h, "./app"])
+        .output()
+        .expect("cclrun");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(&format!("mpirun -np 4 --hostfile {h} --map-by slot -x CCL_UNIQUE_ID")), "{out}");
+    let _ = std::fs::remove_file(hosts);
+}
