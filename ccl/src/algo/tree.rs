@@ -19,6 +19,11 @@
 //! The second tree of the double tree relabels positions (mirror for even
 //! n, shift by one for odd n), so that the leaves of one are inner nodes of
 //! the other and each rank sends about as much as it receives.
+//!
+//! Across several hosts the tree is over hosts (NCCL's shape): each host's
+//! ranks form a chain whose head is the host's node in the binary tree, so
+//! only heads cross host boundaries. The second tree relabels the hosts
+//! and reverses every chain, so another rank of each host is its head.
 
 use super::part::{npieces, piece, reg, split};
 use super::schedule::{Buf, Region, Schedule, Step};
@@ -128,21 +133,50 @@ pub fn down(ch: &mut Vec<Step>, t: &RankTree, range: &Range<usize>, chunk: usize
     }
 }
 
+/// Our node in the tree over hosts with a chain inside each: `groups[0]`
+/// holds the root, each group's first rank is its head.
+pub fn host_tree(groups: &[Vec<usize>], me: usize) -> RankTree {
+    let nodes = btree(groups.len());
+    let Some((h, l)) = groups.iter().enumerate().find_map(|(h, g)| g.iter().position(|&r| r == me).map(|l| (h, l)))
+    else {
+        return RankTree { parent: None, children: Vec::new() };
+    };
+    let g = &groups[h];
+    let next = g.get(l + 1).copied();
+    if l > 0 {
+        return RankTree { parent: Some(g[l - 1]), children: next.into_iter().collect() };
+    }
+    let mut children: Vec<usize> = next.into_iter().collect();
+    children.extend(nodes[h].children.iter().map(|&c| groups[c][0]));
+    RankTree { parent: nodes[h].parent.map(|ph| groups[ph][0]), children }
+}
+
 /// The second tree's relabelling of positions.
-fn second_tree_order(order: &[usize]) -> Vec<usize> {
+fn second_tree_order<T: Clone>(order: &[T]) -> Vec<T> {
     let n = order.len();
     if n.is_multiple_of(2) {
-        (0..n).map(|i| order[n - 1 - i]).collect()
+        (0..n).map(|i| order[n - 1 - i].clone()).collect()
     } else {
-        (0..n).map(|i| order[(i + 1) % n]).collect()
+        (0..n).map(|i| order[(i + 1) % n].clone()).collect()
     }
+}
+
+/// The two trees of the double tree: over ranks on one host, over hosts
+/// (chains inside) on several.
+fn double_tree(p: &Params) -> [RankTree; 2] {
+    let groups = p.hosts.groups();
+    if groups.len() < 2 {
+        let order = p.hosts.ring();
+        return [rank_tree(&order, p.rank), rank_tree(&second_tree_order(&order), p.rank)];
+    }
+    let reversed: Vec<Vec<usize>> = second_tree_order(&groups).into_iter().map(|g| g.into_iter().rev().collect()).collect();
+    [host_tree(&groups, p.rank), host_tree(&reversed, p.rank)]
 }
 
 /// All-reduce by double binary tree: each channel's range is halved, one
 /// half reduced and broadcast on each tree, the trees on separate channels.
 pub fn all_reduce(p: &Params) -> Schedule {
-    let order = p.hosts.ring();
-    let trees = [rank_tree(&order, p.rank), rank_tree(&second_tree_order(&order), p.rank)];
+    let trees = double_tree(p);
     let mut channels = Vec::new();
     for range in split(0..p.count, p.channels) {
         for (half, t) in split(range, 2).iter().zip(&trees) {
@@ -155,17 +189,28 @@ pub fn all_reduce(p: &Params) -> Schedule {
     Schedule { channels, scratch: 0 }
 }
 
-/// Order with the root at position 0.
-fn rooted_order(p: &Params) -> Vec<usize> {
-    let ring = p.hosts.ring();
-    let n = ring.len();
-    let rpos = ring.iter().position(|&r| r == p.root).unwrap_or(0);
-    (0..n).map(|i| ring[(rpos + i) % n]).collect()
+/// The tree of a rooted collective: over ranks from the root on one host;
+/// over hosts from the root's, with the root heading its host's chain, on
+/// several.
+fn rooted_tree(p: &Params) -> RankTree {
+    let mut groups = p.hosts.groups();
+    if groups.len() < 2 {
+        let ring = p.hosts.ring();
+        let n = ring.len();
+        let rpos = ring.iter().position(|&r| r == p.root).unwrap_or(0);
+        let order: Vec<usize> = (0..n).map(|i| ring[(rpos + i) % n]).collect();
+        return rank_tree(&order, p.rank);
+    }
+    let rh = p.hosts.host_of(p.root);
+    groups.rotate_left(rh);
+    let at = groups[0].iter().position(|&r| r == p.root).unwrap_or(0);
+    groups[0].rotate_left(at);
+    host_tree(&groups, p.rank)
 }
 
-/// Broadcast down a binary tree rooted at the root.
+/// Broadcast down a tree rooted at the root.
 pub fn broadcast(p: &Params) -> Schedule {
-    let t = rank_tree(&rooted_order(p), p.rank);
+    let t = rooted_tree(p);
     let channels = split(0..p.count, p.channels)
         .iter()
         .map(|range| {
@@ -180,10 +225,10 @@ pub fn broadcast(p: &Params) -> Schedule {
     Schedule { channels, scratch: 0 }
 }
 
-/// Reduce up a binary tree rooted at the root; inner non-root nodes
-/// accumulate in scratch.
+/// Reduce up a tree rooted at the root; inner non-root nodes accumulate in
+/// scratch.
 pub fn reduce(p: &Params) -> Schedule {
-    let t = rank_tree(&rooted_order(p), p.rank);
+    let t = rooted_tree(p);
     let acc = if t.parent.is_none() { Buf::Output } else { Buf::Scratch };
     let channels = split(0..p.count, p.channels)
         .iter()
@@ -227,6 +272,41 @@ mod tests {
                 .max()
                 .unwrap_or(0);
             assert!(depth <= 2 + (n as f64).log2().ceil() as usize, "n={n} depth={depth}");
+        }
+    }
+
+    #[test]
+    fn across_hosts_only_chain_heads_cross() {
+        use crate::topo::Hosts;
+        for sizes in [vec![2, 2, 2, 2], vec![3, 1, 2], vec![1, 1, 1, 1, 1], vec![4, 4, 4]] {
+            let hosts = Hosts::blocks(&sizes);
+            let n = hosts.nranks();
+            let mut heads_seen = [Vec::new(), Vec::new()];
+            for rank in 0..n {
+                let p = Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: true, hosts: &hosts };
+                let trees = double_tree(&p);
+                for (t, tree) in trees.iter().enumerate() {
+                    let links = tree.parent.iter().chain(&tree.children);
+                    let crossing: Vec<&usize> = links.filter(|&&o| hosts.host_of(o) != hosts.host_of(rank)).collect();
+                    if !crossing.is_empty() {
+                        heads_seen[t].push(rank);
+                    }
+                    assert!(tree.children.len() <= 3);
+                }
+            }
+            // one rank per host crosses hosts in each tree, and not the same one (hosts of 2+)
+            for seen in &heads_seen {
+                let mut hs: Vec<usize> = seen.iter().map(|&r| hosts.host_of(r)).collect();
+                hs.dedup();
+                assert_eq!(hs.len(), seen.len(), "{sizes:?}: {seen:?}");
+            }
+            for (g, size) in hosts.groups().iter().zip(&sizes) {
+                if *size > 1 {
+                    let a = heads_seen[0].iter().find(|r| g.contains(r));
+                    let b = heads_seen[1].iter().find(|r| g.contains(r));
+                    assert_ne!(a, b, "{sizes:?}");
+                }
+            }
         }
     }
 }
