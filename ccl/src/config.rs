@@ -163,6 +163,8 @@ knobs! {
     socket_ifname: String = String::new(), "CCL_SOCKET_IFNAME", "";
     /// 1: a CRC32 of every TCP payload is sent and checked, so corruption on a link is an error.
     checksum: bool = false, "CCL_CHECKSUM", "0";
+    /// Network bandwidth between hosts in Mbit/s for the cost model; 0 measures it at start-up.
+    net_mbps: usize = 0, "CCL_NET_MBPS", "0";
 }
 
 impl Config {

@@ -44,6 +44,7 @@ mod error;
 pub mod exec;
 mod op;
 mod reduce;
+pub mod sim;
 pub mod testing;
 pub mod topo;
 pub mod transport;

@@ -1,14 +1,22 @@
 //! Choosing the algorithm, channels and piece size of a call.
 //!
-//! For now a rule per collective and size class; the cost model that
-//! predicts each schedule's time comes with the performance work. Forced
-//! choices (`CCL_ALGO`, `CCL_NCHANNELS`, `CCL_CHUNKSIZE`) win where they
-//! apply. The piece size never exceeds half a connection's slots, the
-//! condition under which the verifier proves every schedule deadlock-free.
+//! The cost model decides: for the first call of each collective, element
+//! size and size class (a power of two of bytes), every algorithm that
+//! implements the collective is timed by the simulator ([`crate::sim`]) on
+//! this communicator's hosts, under the job's model (its network link
+//! measured at start-up when there are several hosts), and the fastest is
+//! kept for every later call of that class. Every rank computes the same
+//! choice from the same inputs. Forced choices (`CCL_ALGO`, `CCL_NCHANNELS`,
+//! `CCL_CHUNKSIZE`) win where they apply. The piece size never exceeds half
+//! a connection's slots, the condition under which the verifier proves
+//! every schedule deadlock-free.
 
 use crate::algo::{Algo, Coll};
 use crate::config::{Config, LogLevel, NSLOTS};
+use crate::sim::{simulate, Model};
 use crate::topo::Hosts;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// What a call will run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,51 +31,159 @@ pub struct Choice {
     pub slot_elems: usize,
 }
 
-/// Calls at or below this many bytes are latency-bound.
-const SMALL: usize = 16 << 10;
+/// Pieces per rank at most when simulating; larger calls are timed with
+/// proportionally larger pieces.
+const SIM_PIECES: usize = 256;
 
-/// The choice for `coll` moving `bytes` (per rank) of `elem_size`-byte elements.
-pub fn choose(coll: Coll, bytes: usize, elem_size: usize, hosts: &Hosts, cfg: &Config) -> Choice {
-    let n = hosts.nranks();
-    let multi_host = hosts.groups().len() > 1;
-    let forced = cfg.algo.filter(|a| coll.algos().contains(a));
-    let algo = forced.unwrap_or_else(|| match coll {
-        Coll::AllReduce if bytes <= SMALL && n > 2 => Algo::RecursiveDoubling,
-        Coll::AllReduce if multi_host => Algo::RingRing,
-        Coll::AllGather if bytes <= SMALL => Algo::RecursiveDoubling,
-        Coll::ReduceScatter if bytes <= SMALL => Algo::HalvingDoubling,
-        Coll::Broadcast | Coll::Reduce if bytes <= SMALL => Algo::Tree,
-        _ => coll.algos()[0],
-    });
-    let slot_elems = (cfg.slot_bytes() / elem_size.max(1)).max(1);
-    let max_chunk = slot_elems * NSLOTS / 2;
-    let chunk = match cfg.chunksize {
-        0 => max_chunk,
-        b => (b / elem_size.max(1)).clamp(1, max_chunk),
-    };
-    let choice = Choice { algo, channels: cfg.nchannels, chunk, slot_elems };
-    if cfg.debug >= LogLevel::Info {
-        let why = if forced.is_some() { "forced by CCL_ALGO" } else { "size rule" };
-        eprintln!(
-            "ccl INFO {coll} {bytes} B on {n} ranks / {} hosts: {algo} ({why}), {} channel(s), pieces of {chunk} elements",
-            hosts.groups().len(),
-            choice.channels
-        );
+/// A communicator's tuner: its model and the choices made so far.
+pub struct Tuner {
+    /// Says what it chose (under `CCL_DEBUG=INFO`): rank 0's tuner.
+    loud: bool,
+    model: Mutex<Model>,
+    /// (collective, element size, size class) → algorithm.
+    memo: Mutex<HashMap<(Coll, usize, u32), Algo>>,
+}
+
+/// The size class of `bytes`: the exponent of the next power of two.
+pub fn size_class(bytes: usize) -> u32 {
+    bytes.max(1).next_power_of_two().trailing_zeros()
+}
+
+fn human(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
     }
-    choice
+}
+
+impl Tuner {
+    /// A tuner that predicts with `model`; a `loud` one reports its choices
+    /// under `CCL_DEBUG=INFO`.
+    pub fn new(model: Model, loud: bool) -> Self {
+        Tuner { loud, model: Mutex::new(model), memo: Mutex::new(HashMap::new()) }
+    }
+
+    /// The model it predicts with.
+    pub fn model(&self) -> Model {
+        *self.model.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Predicts with `model` from now on (choices made so far are dropped).
+    /// Every rank must set the same model.
+    pub fn set_model(&self, model: Model) {
+        *self.model.lock().unwrap_or_else(|p| p.into_inner()) = model;
+        self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// The choice for `coll` moving `count` elements of `elem_size` bytes.
+    pub fn choose(&self, coll: Coll, count: usize, elem_size: usize, hosts: &Hosts, cfg: &Config) -> Choice {
+        let elem = elem_size.max(1);
+        let slot_elems = (cfg.slot_bytes() / elem).max(1);
+        let max_chunk = slot_elems * NSLOTS / 2;
+        let chunk = match cfg.chunksize {
+            0 => max_chunk,
+            b => (b / elem).clamp(1, max_chunk),
+        };
+        let channels = cfg.nchannels;
+        let algo = match cfg.algo.filter(|a| coll.algos().contains(a)) {
+            Some(forced) => forced,
+            None if coll.algos().len() == 1 => coll.algos()[0],
+            None => {
+                let class = size_class(count.saturating_mul(elem));
+                let key = (coll, elem, class);
+                let memo = self.memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
+                match memo {
+                    Some(a) => a,
+                    None => {
+                        let a = self.predict_best(coll, count, elem, channels, chunk, hosts, cfg);
+                        self.memo.lock().unwrap_or_else(|p| p.into_inner()).insert(key, a);
+                        a
+                    }
+                }
+            }
+        };
+        Choice { algo, channels, chunk, slot_elems }
+    }
+
+    /// Times every algorithm for `coll` and returns the fastest; under
+    /// `CCL_DEBUG=INFO` says what it chose and why.
+    #[allow(clippy::too_many_arguments)]
+    fn predict_best(
+        &self,
+        coll: Coll,
+        count: usize,
+        elem: usize,
+        channels: usize,
+        chunk: usize,
+        hosts: &Hosts,
+        cfg: &Config,
+    ) -> Algo {
+        let model = self.model();
+        let sim_chunk = chunk.max(count / SIM_PIECES.max(1));
+        let mut times: Vec<(Algo, f64)> = coll
+            .algos()
+            .iter()
+            .filter_map(|&a| {
+                simulate(coll, a, count, elem, 0, channels, sim_chunk, hosts, &model).ok().map(|p| (a, p.seconds))
+            })
+            .collect();
+        times.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let best = times.first().map_or(coll.algos()[0], |t| t.0);
+        if self.loud && cfg.debug >= LogLevel::Info {
+            let bytes = count.saturating_mul(elem);
+            let why: Vec<String> = times.iter().map(|(a, t)| format!("{a} {:.1} us", t * 1e6)).collect();
+            eprintln!(
+                "ccl INFO {coll} {} class (first call {bytes} B) on {} ranks / {} hosts: {best}, {channels} channel(s), \
+                 pieces of {chunk} elements; predicted {} (network {})",
+                human(1usize << size_class(bytes)),
+                hosts.nranks(),
+                hosts.groups().len(),
+                why.join(", "),
+                model.inter,
+            );
+        }
+        best
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::Link;
 
     #[test]
     fn forced_algorithms_apply_only_where_they_fit() {
+        let t = Tuner::new(Model::DEFAULT, false);
         let cfg = Config { algo: Some(Algo::Tree), ..Config::default() };
         let h = Hosts::flat(4);
-        assert_eq!(choose(Coll::AllReduce, 1 << 20, 4, &h, &cfg).algo, Algo::Tree);
-        assert_eq!(choose(Coll::AllGather, 1 << 20, 4, &h, &cfg).algo, Algo::Ring);
-        let c = choose(Coll::AllReduce, 1 << 20, 4, &h, &Config { chunksize: 1 << 30, ..Config::default() });
+        assert_eq!(t.choose(Coll::AllReduce, 1 << 18, 4, &h, &cfg).algo, Algo::Tree);
+        assert_eq!(t.choose(Coll::AllGather, 1 << 18, 4, &h, &cfg).algo, Algo::Ring);
+        let c = t.choose(Coll::AllReduce, 1 << 18, 4, &h, &Config { chunksize: 1 << 30, ..Config::default() });
         assert_eq!(c.chunk, c.slot_elems * NSLOTS / 2);
+    }
+
+    #[test]
+    fn the_choice_follows_size_and_links() {
+        let cfg = Config::default();
+        let t = Tuner::new(Model::DEFAULT, false);
+        let flat = Hosts::flat(8);
+        assert_eq!(t.choose(Coll::AllReduce, 4, 4, &flat, &cfg).algo, Algo::RecursiveDoubling);
+        assert_eq!(t.choose(Coll::AllReduce, 1 << 22, 4, &flat, &cfg).algo, Algo::Ring);
+        // 4 hosts of 2: across a slow network the hierarchical ring sends less over each link
+        let hosts = Hosts::blocks(&[2; 4]);
+        let fast = Model::DEFAULT.with_inter(Link { latency: 20e-6, bandwidth: 40e9 });
+        let slow = Model::DEFAULT.with_inter(Link { latency: 20e-6, bandwidth: 0.125e9 });
+        t.set_model(fast);
+        let a_fast = t.choose(Coll::AllReduce, 1 << 22, 4, &hosts, &cfg).algo;
+        t.set_model(slow);
+        let a_slow = t.choose(Coll::AllReduce, 1 << 22, 4, &hosts, &cfg).algo;
+        assert_eq!(a_slow, Algo::RingRing);
+        assert_ne!(a_fast, a_slow);
+        // the choice is kept per size class
+        assert_eq!(t.choose(Coll::AllReduce, (1 << 22) - 5, 4, &hosts, &cfg).algo, a_slow);
+        assert_eq!(size_class(4096), 12);
+        assert_eq!(size_class(4097), 13);
     }
 }

@@ -169,7 +169,8 @@ fn double_tree(p: &Params) -> [RankTree; 2] {
         let order = p.hosts.ring();
         return [rank_tree(&order, p.rank), rank_tree(&second_tree_order(&order), p.rank)];
     }
-    let reversed: Vec<Vec<usize>> = second_tree_order(&groups).into_iter().map(|g| g.into_iter().rev().collect()).collect();
+    let reversed: Vec<Vec<usize>> =
+        second_tree_order(&groups).into_iter().map(|g| g.into_iter().rev().collect()).collect();
     [host_tree(&groups, p.rank), host_tree(&reversed, p.rank)]
 }
 
@@ -283,7 +284,8 @@ mod tests {
             let n = hosts.nranks();
             let mut heads_seen = [Vec::new(), Vec::new()];
             for rank in 0..n {
-                let p = Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: true, hosts: &hosts };
+                let p =
+                    Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: true, hosts: &hosts };
                 let trees = double_tree(&p);
                 for (t, tree) in trees.iter().enumerate() {
                     let links = tree.parent.iter().chain(&tree.children);

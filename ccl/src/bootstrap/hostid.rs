@@ -7,6 +7,12 @@ pub fn host_id() -> String {
             return id;
         }
     }
+    machine_id()
+}
+
+/// This machine: hostname plus kernel boot id, whatever `CCL_HOSTID` says.
+/// Processes with equal machine ids share its cores.
+pub fn machine_id() -> String {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into());

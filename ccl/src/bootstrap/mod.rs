@@ -10,6 +10,7 @@ pub mod id;
 pub mod launch;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+pub mod probe;
 pub mod rendezvous;
 pub mod wire;
 
@@ -64,7 +65,13 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let bell = Shm::create_bell(&job, env.rank).map_err(at)?;
     let listener = Tcp::listen(tcp_ip(&config, &env.id).map_err(at)?).map_err(at)?;
     let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;
-    let me = PeerInfo { rank: env.rank, host: hostid::host_id(), pid: std::process::id(), addr: addr.to_string() };
+    let me = PeerInfo {
+        rank: env.rank,
+        host: hostid::host_id(),
+        pid: std::process::id(),
+        addr: addr.to_string(),
+        machine: hostid::machine_id(),
+    };
     let table = join(&env.id, &me, env.size, config.timeout).map_err(at)?;
     let hosts_ids: Vec<String> = table.iter().map(|p| p.host.clone()).collect();
     let pids: Vec<u32> = table.iter().map(|p| p.pid).collect();
@@ -92,7 +99,25 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
             eprintln!("ccl INFO rank {} on {} (pid {})", p.rank, p.host, p.pid);
         }
     }
-    Group::new(env.rank, (0..env.size).collect(), Hosts::from_ids(&hosts_ids), config, Arc::new(registry), comm_id)
+    let info = config.debug >= crate::config::LogLevel::Info && env.rank == 0;
+    let g = Group::new(
+        env.rank,
+        (0..env.size).collect(),
+        Hosts::from_ids(&hosts_ids),
+        config,
+        Arc::new(registry),
+        comm_id,
+    )?;
+    // hosts made with CCL_HOSTID may share one machine's cores
+    let sharing = table.iter().filter(|p| p.machine == me.machine).count();
+    g.share_cores_with(sharing);
+    if let Some(link) = probe::network(&g)? {
+        if info {
+            eprintln!("ccl INFO network between hosts: {link} (CCL_NET_MBPS=0 measures it)");
+        }
+        g.inner.tuner.set_model(crate::sim::Model::DEFAULT.with_inter(link));
+    }
+    Ok(g)
 }
 
 /// The address the TCP transport listens on: `CCL_SOCKET_IFNAME`'s IPv4

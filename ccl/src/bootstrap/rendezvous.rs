@@ -20,6 +20,9 @@ pub struct PeerInfo {
     pub pid: u32,
     /// Where its TCP transport listens (may be empty).
     pub addr: String,
+    /// The machine (hostname and boot id, whatever `CCL_HOSTID` says):
+    /// ranks on one machine share its cores.
+    pub machine: String,
 }
 
 /// Ranks a table may hold.
@@ -28,13 +31,13 @@ const MAX_RANKS: usize = 1 << 20;
 const PER_CONN: Duration = Duration::from_secs(10);
 
 fn encode(e: &mut Enc, p: &PeerInfo) {
-    e.u64(p.rank as u64).u64(u64::from(p.pid)).str(&p.host).str(&p.addr);
+    e.u64(p.rank as u64).u64(u64::from(p.pid)).str(&p.host).str(&p.addr).str(&p.machine);
 }
 
 fn decode(d: &mut Dec) -> Result<PeerInfo> {
     let rank = d.bounded(MAX_RANKS)?;
     let pid = u32::try_from(d.u64()?).map_err(|_| Error::transport("pid out of range"))?;
-    Ok(PeerInfo { rank, pid, host: d.str()?, addr: d.str()? })
+    Ok(PeerInfo { rank, pid, host: d.str()?, addr: d.str()?, machine: d.str()? })
 }
 
 /// Decodes a rank's hello (world size and its [`PeerInfo`]); malformed
@@ -51,8 +54,8 @@ pub fn decode_hello(bytes: &[u8]) -> Result<(usize, PeerInfo)> {
 pub fn decode_table(bytes: &[u8]) -> Result<Vec<PeerInfo>> {
     let mut d = Dec(bytes);
     let n = d.bounded(MAX_RANKS)?;
-    // each entry takes at least 32 bytes: no allocation beyond the input
-    if n > bytes.len() / 32 {
+    // each entry takes at least 40 bytes: no allocation beyond the input
+    if n > bytes.len() / 40 {
         return Err(Error::transport(format!("table of {n} ranks in {} bytes", bytes.len())));
     }
     let table: Vec<PeerInfo> = (0..n).map(|_| decode(&mut d)).collect::<Result<_>>()?;
@@ -191,7 +194,7 @@ mod tests {
         let server = std::thread::spawn(move || rv.serve(Duration::from_secs(20)));
         // an impostor with the right address but a wrong secret
         let fake = UniqueId::parse(&format!("ccl1@{}#{}", id.addr, "00".repeat(16))).expect("fake");
-        let me = PeerInfo { rank: 0, host: "h".into(), pid: 1, addr: String::new() };
+        let me = PeerInfo { rank: 0, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into() };
         assert!(join(&fake, &me, 3, Duration::from_secs(5)).is_err());
         // garbage bytes
         if let Ok(mut s) = TcpStream::connect(id.addr) {
@@ -202,8 +205,13 @@ mod tests {
             .map(|r| {
                 let id = id.clone();
                 std::thread::spawn(move || {
-                    let me =
-                        PeerInfo { rank: r, host: format!("host{}", r % 2), pid: 100 + r as u32, addr: String::new() };
+                    let me = PeerInfo {
+                        rank: r,
+                        host: format!("host{}", r % 2),
+                        pid: 100 + r as u32,
+                        addr: String::new(),
+                        machine: "m".into(),
+                    };
                     join(&id, &me, 3, Duration::from_secs(20))
                 })
             })

@@ -113,6 +113,11 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
+    /// Re-polls `spins` times before yielding from now on.
+    pub fn set_spins(&mut self, spins: u32) {
+        self.spins = spins;
+    }
+
     /// An engine re-polling `spins` times before it yields (see
     /// [`Backoff::spins_for`]); `aborted` set from anywhere fails its calls;
     /// `chatty` prints a "still waiting" line every 10 s of a stuck call.

@@ -27,9 +27,11 @@ pub(crate) struct Inner {
     pub id: u64,
     pub hosts: Hosts,
     pub config: Config,
+    pub tuner: tune::Tuner,
     endpoints: Arc<[usize]>,
     registry: Arc<Registry>,
     seq: AtomicU64,
+    p2p_seq: AtomicU64,
     splits: AtomicU64,
     aborted: Arc<AtomicBool>,
     engine: Mutex<Engine>,
@@ -84,14 +86,26 @@ impl Group {
             id,
             hosts,
             config,
+            tuner: tune::Tuner::new(crate::sim::Model::DEFAULT, rank == 0),
             endpoints,
             registry,
             seq: AtomicU64::new(0),
+            p2p_seq: AtomicU64::new(0),
             splits: AtomicU64::new(0),
             aborted,
             engine,
         };
         Ok(Group { inner: Arc::new(inner) })
+    }
+
+    /// Tells the engine that `ranks` processes of the job (this one
+    /// included) share this machine's cores, even if `CCL_HOSTID` makes
+    /// them separate hosts: it then spins only as long as fits.
+    pub(crate) fn share_cores_with(&self, ranks: usize) {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        if let Ok(mut e) = self.inner.engine.lock() {
+            e.set_spins(Backoff::spins_for(ranks, cores));
+        }
     }
 
     /// This rank, `0..size()`.
@@ -124,8 +138,11 @@ impl Group {
         f(&mut e)
     }
 
-    pub(crate) fn next_seq(&self) -> u64 {
-        self.inner.seq.fetch_add(1, Ordering::Relaxed)
+    pub(crate) fn next_seq(&self, coll: Coll) -> u64 {
+        // send and recv involve two ranks: numbering them apart keeps the
+        // collectives' numbers equal on every rank
+        let counter = if matches!(coll, Coll::Send | Coll::Recv) { &self.inner.p2p_seq } else { &self.inner.seq };
+        counter.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Plans and queues a call; the id to wait on.
@@ -141,8 +158,7 @@ impl Group {
         on_done: Option<Box<dyn FnOnce() + Send>>,
     ) -> Result<u64> {
         let inner = &self.inner;
-        let bytes = call.count.saturating_mul(std::mem::size_of::<T>());
-        let choice = tune::choose(call.coll, bytes, std::mem::size_of::<T>(), &inner.hosts, &inner.config);
+        let choice = inner.tuner.choose(call.coll, call.count, std::mem::size_of::<T>(), &inner.hosts, &inner.config);
         let params = Params {
             nranks: inner.size,
             rank: inner.rank,
@@ -198,7 +214,7 @@ impl Group {
 
     /// Blocks until every rank of the group has entered the barrier.
     pub fn barrier(&self) -> Result<()> {
-        let seq = self.next_seq();
+        let seq = self.next_seq(Coll::Barrier);
         // SAFETY: a barrier touches no user buffer (only its own scratch).
         unsafe { self.run_numbered::<u8, BitOr>(Self::barrier_call(), seq) }
             .map_err(|e| e.in_call("barrier", seq).at_rank(self.rank()))
@@ -206,7 +222,7 @@ impl Group {
 
     /// A barrier that completes in the background.
     pub fn ibarrier(&self) -> Request<()> {
-        let seq = self.next_seq();
+        let seq = self.next_seq(Coll::Barrier);
         let call = Self::barrier_call();
         let slot = Arc::new(Mutex::new(None));
         let s2 = Arc::clone(&slot);
@@ -242,7 +258,9 @@ impl Group {
         let nth = self.inner.splits.fetch_add(1, Ordering::Relaxed);
         let id = fnv(&[self.inner.id, nth, u64::from(color)]);
         let hosts = self.inner.hosts.subset(&ranks);
-        Group::new(rank, endpoints, hosts, self.inner.config.clone(), Arc::clone(&self.inner.registry), id).map(Some)
+        let g = Group::new(rank, endpoints, hosts, self.inner.config.clone(), Arc::clone(&self.inner.registry), id)?;
+        g.inner.tuner.set_model(self.inner.tuner.model());
+        Ok(Some(g))
     }
 
     pub(crate) fn check_root(&self, what: &'static str, rank: usize) -> Result<()> {

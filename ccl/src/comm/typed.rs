@@ -80,7 +80,7 @@ impl<T: Reduce> Communicator<T> {
         check: impl FnOnce() -> Result<()>,
         call: impl FnOnce() -> Call<T>,
     ) -> Result<()> {
-        let seq = self.group.next_seq();
+        let seq = self.group.next_seq(coll);
         let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
         check().map_err(ctx)?;
         // SAFETY: every caller builds `call` from slices it borrows for the
@@ -97,7 +97,7 @@ impl<T: Reduce> Communicator<T> {
         call: Call<T>,
         keep: impl FnOnce() -> R + Send + 'static,
     ) -> Request<R> {
-        let seq = self.group.next_seq();
+        let seq = self.group.next_seq(coll);
         let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
         if let Err(e) = check() {
             return Request::failed(self.group.clone(), ctx(e));

@@ -1,0 +1,65 @@
+//! The simulator: how long a schedule takes on a modelled topology.
+//!
+//! The same schedules the executor runs and the verifier proves are timed
+//! here, step by step, for every rank at once. The model is α-β per link:
+//! a message costs a latency plus its bytes over a bandwidth. Ranks of one
+//! host talk through shared memory (each connection on its own); between
+//! hosts, every host has one network link, each direction of which carries
+//! one message at a time, so concurrent transfers share it. Every rank has
+//! one progress thread: its local work (copying into and out of slots,
+//! reducing) is serial across its channels. Slots are taken as plentiful
+//! (the verifier has already shown the schedules cannot deadlock on them).
+//!
+//! The tuner picks the algorithm with the least predicted time; `ccl-sim`
+//! prints the predictions for a described cluster.
+
+mod run;
+
+pub use run::{simulate, Prediction};
+
+/// One kind of link: a per-message latency and a bandwidth.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Link {
+    /// Seconds per message, before its first byte arrives.
+    pub latency: f64,
+    /// Bytes per second.
+    pub bandwidth: f64,
+}
+
+/// The parameters of a topology, identical on every rank of a job.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Model {
+    /// Between ranks of one host (shared memory).
+    pub intra: Link,
+    /// Each host's network link (each direction).
+    pub inter: Link,
+    /// Bytes per second one rank copies (into or out of a slot).
+    pub copy: f64,
+    /// Bytes per second one rank reduces (two inputs, one output).
+    pub reduce: f64,
+    /// Seconds of fixed work per step (polling, bookkeeping).
+    pub step: f64,
+}
+
+impl Model {
+    /// Figures for a current server over TCP on 10 Gbit/s Ethernet; what
+    /// the tuner assumes until measured, and what tests use.
+    pub const DEFAULT: Model = Model {
+        intra: Link { latency: 2e-6, bandwidth: 8e9 },
+        inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
+        copy: 8e9,
+        reduce: 6e9,
+        step: 0.3e-6,
+    };
+
+    /// This model with the network link replaced.
+    pub fn with_inter(self, inter: Link) -> Model {
+        Model { inter, ..self }
+    }
+}
+
+impl std::fmt::Display for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.1} us, {:.2} GB/s", self.latency * 1e6, self.bandwidth / 1e9)
+    }
+}

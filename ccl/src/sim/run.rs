@@ -1,0 +1,248 @@
+//! Timing every rank's schedule together, in order of when each step can
+//! start.
+
+use super::Model;
+use crate::algo::schedule::Step;
+use crate::algo::{generate, Algo, Coll, Params};
+use crate::topo::Hosts;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+/// What the simulator predicts for one call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prediction {
+    /// Seconds from the first rank's start to the last rank's end.
+    pub seconds: f64,
+    /// Steps simulated, all ranks together.
+    pub steps: usize,
+}
+
+/// A call to simulate.
+struct Sim<'a> {
+    model: &'a Model,
+    hosts: &'a Hosts,
+    elem: f64,
+    /// Per rank, per channel: steps.
+    sched: Vec<Vec<Vec<Step>>>,
+    /// Per rank, per channel: next step and the time it may start.
+    pc: Vec<Vec<(usize, f64)>>,
+    /// Per rank: when its progress thread is free.
+    cpu: Vec<f64>,
+    /// Per host: when its link is free, out and in.
+    nic_out: Vec<f64>,
+    nic_in: Vec<f64>,
+    /// Arrival times of messages not yet received, per (from, to, channel).
+    wire: HashMap<(usize, usize, usize), VecDeque<f64>>,
+    /// Channels waiting for a message on (from, to, channel).
+    waiting: HashMap<(usize, usize, usize), (usize, usize)>,
+}
+
+/// Orders non-negative times in a heap.
+fn key(t: f64) -> Reverse<u64> {
+    Reverse(t.max(0.0).to_bits())
+}
+
+impl Sim<'_> {
+    /// Sends `elems` from `from` to `to` at time `t`; when it arrives.
+    fn transfer(&mut self, from: usize, to: usize, ch: usize, elems: usize, t: f64) {
+        let bytes = elems as f64 * self.elem;
+        let (hf, ht) = (self.hosts.host_of(from), self.hosts.host_of(to));
+        let arrive = if hf == ht {
+            t + self.model.intra.latency + bytes / self.model.intra.bandwidth
+        } else {
+            let start = t.max(self.nic_out[hf]).max(self.nic_in[ht]);
+            let end = start + bytes / self.model.inter.bandwidth;
+            self.nic_out[hf] = end;
+            self.nic_in[ht] = end;
+            end + self.model.inter.latency
+        };
+        self.wire.entry((from, to, ch)).or_default().push_back(arrive);
+    }
+
+    /// The peer a step receives from, if any.
+    fn source(step: &Step) -> Option<usize> {
+        match *step {
+            Step::Recv { from, .. }
+            | Step::RecvReduce { from, .. }
+            | Step::RecvReduceSend { from, .. }
+            | Step::RecvReduceCopySend { from, .. }
+            | Step::RecvCopySend { from, .. } => Some(from),
+            _ => None,
+        }
+    }
+
+    /// Local work of a step, seconds.
+    fn work(&self, step: &Step) -> f64 {
+        let m = self.model;
+        let b = |len: usize| len as f64 * self.elem;
+        m.step
+            + match step {
+                Step::Send { src, .. } => b(src.len) / m.copy,
+                Step::Recv { dst, .. } => b(dst.len) / m.copy,
+                Step::RecvReduce { dst, .. } => b(dst.len) / m.reduce,
+                Step::RecvReduceSend { src, .. } => b(src.len) / m.reduce,
+                Step::RecvReduceCopySend { dst, .. } => b(dst.len) / m.reduce + b(dst.len) / m.copy,
+                Step::RecvCopySend { dst, .. } => 2.0 * b(dst.len) / m.copy,
+                Step::Copy { src, dst } if src == dst => 0.0,
+                Step::Copy { src, .. } => b(src.len) / m.copy,
+                Step::Reduce { src, .. } => b(src.len) / m.reduce,
+            }
+    }
+
+    /// Runs to the end; the time the last channel finished.
+    fn run(&mut self) -> Result<(f64, usize), String> {
+        let mut heap = BinaryHeap::new();
+        for (r, chans) in self.sched.iter().enumerate() {
+            for c in 0..chans.len() {
+                heap.push((key(0.0), r, c));
+            }
+        }
+        let (mut end, mut steps) = (0.0f64, 0usize);
+        while let Some((Reverse(tb), r, c)) = heap.pop() {
+            let (pc, t0) = self.pc[r][c];
+            let Some(step) = self.sched[r][c].get(pc).cloned() else {
+                end = end.max(t0);
+                continue;
+            };
+            let mut start = t0.max(self.cpu[r]);
+            if let Some(from) = Self::source(&step) {
+                match self.wire.get(&(from, r, c)).and_then(VecDeque::front) {
+                    Some(&arrive) => start = start.max(arrive),
+                    None => {
+                        self.waiting.insert((from, r, c), (r, c));
+                        continue;
+                    }
+                }
+            }
+            if start.to_bits() > tb {
+                heap.push((key(start), r, c)); // something ran first; try again in time order
+                continue;
+            }
+            if let Some(from) = Self::source(&step) {
+                self.wire.get_mut(&(from, r, c)).and_then(VecDeque::pop_front);
+            }
+            let done = start + self.work(&step);
+            self.cpu[r] = done;
+            let sends = match step {
+                Step::Send { to, src } => Some((to, src.len)),
+                Step::RecvReduceSend { to, src, .. } => Some((to, src.len)),
+                Step::RecvReduceCopySend { to, dst, .. } | Step::RecvCopySend { to, dst, .. } => Some((to, dst.len)),
+                _ => None,
+            };
+            if let Some((to, len)) = sends {
+                self.transfer(r, to, c, len, done);
+                if let Some((wr, wc)) = self.waiting.remove(&(r, to, c)) {
+                    let t = self.pc[wr][wc].1.max(self.cpu[wr]);
+                    heap.push((key(t), wr, wc));
+                }
+            }
+            self.pc[r][c] = (pc + 1, done);
+            steps += 1;
+            heap.push((key(done), r, c));
+        }
+        if let Some(((from, to, c), _)) = self.waiting.iter().next() {
+            return Err(format!("rank {to} waits forever for rank {from} on channel {c}"));
+        }
+        Ok((end, steps))
+    }
+}
+
+/// Times `algo` running `coll` of `count` elements of `elem_size` bytes on
+/// `hosts` under `model`, with `channels` channels and pieces of `chunk`
+/// elements. Every rank's schedule is generated and all run together.
+#[allow(clippy::too_many_arguments)]
+pub fn simulate(
+    coll: Coll,
+    algo: Algo,
+    count: usize,
+    elem_size: usize,
+    root: usize,
+    channels: usize,
+    chunk: usize,
+    hosts: &Hosts,
+    model: &Model,
+) -> Result<Prediction, String> {
+    let n = hosts.nranks();
+    let mut sched = Vec::with_capacity(n);
+    for rank in 0..n {
+        let p = Params { nranks: n, rank, count, root, channels, chunk, in_place: true, hosts };
+        sched.push(generate(coll, algo, &p)?.channels);
+    }
+    let nh = hosts.groups().len();
+    let mut sim = Sim {
+        model,
+        hosts,
+        elem: elem_size as f64,
+        pc: sched.iter().map(|chans| vec![(0, 0.0); chans.len()]).collect(),
+        sched,
+        cpu: vec![0.0; n],
+        nic_out: vec![0.0; nh],
+        nic_in: vec![0.0; nh],
+        wire: HashMap::new(),
+        waiting: HashMap::new(),
+    };
+    let (seconds, steps) = sim.run()?;
+    Ok(Prediction { seconds, steps })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::Link;
+
+    fn model(inter_gbps: f64) -> Model {
+        Model::DEFAULT.with_inter(Link { latency: 30e-6, bandwidth: inter_gbps * 1e9 / 8.0 })
+    }
+
+    fn time(coll: Coll, algo: Algo, count: usize, hosts: &Hosts, m: &Model) -> f64 {
+        simulate(coll, algo, count, 4, 0, 1, 1 << 16, hosts, m).expect("simulates").seconds
+    }
+
+    #[test]
+    fn ring_all_reduce_matches_the_alpha_beta_formula() {
+        // one rank per host: 2(n-1)/n of the data crosses each link; each
+        // piece's reduction adds to the path (store and forward)
+        let hosts = Hosts::blocks(&[1; 4]);
+        let m = model(8.0);
+        let count = 1 << 22;
+        let t = time(Coll::AllReduce, Algo::Ring, count, &hosts, &m);
+        let wire = 2.0 * 3.0 / 4.0 * (count * 4) as f64 / m.inter.bandwidth;
+        assert!(t > wire && t < 1.5 * wire, "t={t} wire={wire}");
+    }
+
+    #[test]
+    fn small_calls_prefer_few_steps_and_large_ones_bandwidth() {
+        let hosts = Hosts::blocks(&[1; 8]);
+        let m = model(10.0);
+        let small = |a| time(Coll::AllReduce, a, 16, &hosts, &m);
+        assert!(small(Algo::RecursiveDoubling) < small(Algo::Ring));
+        let big = |a| time(Coll::AllReduce, a, 1 << 22, &hosts, &m);
+        assert!(big(Algo::Ring) < big(Algo::RecursiveDoubling));
+    }
+
+    #[test]
+    fn hierarchical_wins_across_slow_links() {
+        // 4 hosts of 4: ring-ring sends 1/4 as much over each host's link as a flat ring
+        let hosts = Hosts::blocks(&[4; 4]);
+        let count = 1 << 22;
+        let slow = model(1.0);
+        let rr = time(Coll::AllReduce, Algo::RingRing, count, &hosts, &slow);
+        let ring = time(Coll::AllReduce, Algo::Ring, count, &hosts, &slow);
+        assert!(rr < ring, "ring-ring {rr} vs ring {ring}");
+    }
+
+    #[test]
+    fn every_generator_simulates_to_the_end() {
+        for n in [1usize, 2, 3, 5, 8] {
+            let hosts = Hosts::blocks(&[n.div_ceil(2), n / 2].into_iter().filter(|&s| s > 0).collect::<Vec<_>>());
+            // send and recv pair across two calls: nothing to time alone
+            for coll in Coll::ALL.into_iter().filter(|c| !matches!(c, Coll::Send | Coll::Recv)) {
+                for &algo in coll.algos() {
+                    let r = simulate(coll, algo, 1000, 4, n - 1, 2, 64, &hosts, &model(10.0));
+                    let p = r.unwrap_or_else(|e| panic!("{coll} {algo} n={n}: {e}"));
+                    assert!(p.seconds >= 0.0 && p.seconds.is_finite());
+                }
+            }
+        }
+    }
+}
