@@ -80,7 +80,10 @@ fn placement_and_topology_are_reported() {
     for r in 0..8 {
         assert!(err.contains(&format!("ccl INFO rank {r} on host{}", r / 2 + 1)), "{err}");
     }
-    assert!(err.contains("all_reduce 1048576 B on 8 ranks / 4 hosts: ring-ring"), "{err}");
+    assert!(err.contains("ccl INFO network between hosts: "), "{err}");
+    assert!(err.contains("all_reduce 1 MiB class (first call 1048576 B) on 8 ranks / 4 hosts: "), "{err}");
+    let (chosen, gbs) = choices(&err);
+    assert!(chosen.iter().any(|(class, _)| class == "1 MiB") && gbs > 0.0, "{err}");
     assert!(out.contains("1048576"), "{out}");
     assert_clean(&c);
 }
@@ -166,5 +169,51 @@ fn no_rank_outlives_a_lost_launcher_or_host() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(255), "{err}");
     assert!(err.contains("the connection closed before its ranks ended; ending the job"), "{err}");
+    assert_clean(&c);
+}
+
+/// The algorithm rank 0 chose per all_reduce size class, and the network
+/// bandwidth it measured (GB/s), from CCL_DEBUG=INFO.
+fn choices(err: &str) -> (Vec<(String, String)>, f64) {
+    let mut out = Vec::new();
+    let mut gbs = 0.0;
+    for l in err.lines() {
+        if let Some(rest) = l.strip_prefix("ccl INFO network between hosts: ") {
+            gbs = rest.split(", ").nth(1).and_then(|b| b.split(' ').next()).and_then(|b| b.parse().ok()).unwrap_or(0.0);
+        }
+        if let Some(rest) = l.strip_prefix("ccl INFO all_reduce ") {
+            let class = rest.split(" class").next().unwrap_or("").to_string();
+            let algo = rest.split("hosts: ").nth(1).and_then(|a| a.split(',').next()).unwrap_or("").to_string();
+            // the fastest prediction is the one chosen
+            let first = rest.split("predicted ").nth(1).and_then(|p| p.split(' ').next()).unwrap_or("");
+            assert_eq!(algo, first, "{l}");
+            out.push((class, algo));
+        }
+    }
+    (out, gbs)
+}
+
+#[test]
+fn shaped_links_change_the_choice_as_the_model_says() {
+    let Some(c) = Cluster::up("shaped", 4, 2) else { return };
+    let perf = cclrun().with_file_name("ccl-perf");
+    let perf = perf.to_string_lossy();
+    let mut runs = Vec::new();
+    for rate in ["off", "1gbit"] {
+        c.shape(rate);
+        let o = run(
+            &c,
+            &["-np", "8", "-x", "CCL_DEBUG=INFO", &perf, "-b", "8", "-e", "16M", "-f", "8", "-n", "2", "-w", "1"],
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{err}");
+        eprintln!("links {rate}:\n{out}");
+        runs.push(choices(&err));
+    }
+    let ((fast, _), (slow, slow_gbs)) = (&runs[0], &runs[1]);
+    eprintln!("unshaped: {fast:?}\nshaped to 1 Gbit/s ({slow_gbs} GB/s measured): {slow:?}");
+    assert!((0.08..0.16).contains(slow_gbs), "1 Gbit/s measured as {slow_gbs} GB/s");
+    assert_eq!(slow.last().map(|c| c.1.as_str()), Some("ring-ring"), "{slow:?}");
+    assert_ne!(fast, slow, "the choice did not change with the links");
     assert_clean(&c);
 }

@@ -190,9 +190,9 @@ fn bad_hostfiles_and_slot_counts_are_clear_errors() {
     assert!(text(&o).1.contains("--oversubscribe"));
     let o = run(&["-np", "3", "--oversubscribe", "--hostfile", hf.to_str().unwrap_or(""), "true"]);
     assert!(o.status.success(), "{}", text(&o).1);
-    let o = run(&["-np", "2", "-H", "elsewhere:2", "true"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).1.contains("host elsewhere"));
+    let o = run(&["-np", "2", "-H", "elsewhere.invalid:2", "true"]);
+    assert_eq!(o.status.code(), Some(255));
+    assert!(text(&o).1.contains("host elsewhere.invalid: cannot resolve"), "{}", text(&o).1);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -50,6 +50,10 @@ const NOTICE: Duration = Duration::from_secs(2);
 const KILL_GRACE: Duration = Duration::from_secs(3);
 /// Exit code for a lost host.
 const HOST_LOST: i32 = 255;
+/// How long after a rank fails cclrun waits for other failures before it
+/// names the cause: a rank killed by a signal is the cause rather than the
+/// ranks that reported losing it, whose exits may be noticed first.
+const BLAME_WINDOW: Duration = Duration::from_millis(100);
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
@@ -211,10 +215,10 @@ fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>) -> i32 {
     let mut forwarded: Option<i32> = None;
     let mut timed_out = false;
     let quiet = |ff: &Option<(i32, Instant)>, fw: &Option<i32>, to: bool| ff.is_none() && fw.is_none() && !to;
-    while status.iter().any(Option::is_none) {
-        // several ranks failing at once: one killed by a signal is the cause
-        // rather than one that reported it, so look at all that are queued
-        let mut ended = Vec::new();
+    // failures seen while deciding which one caused the others
+    let mut failed: Vec<(usize, Status)> = Vec::new();
+    let mut window: Option<Instant> = None;
+    while status.iter().any(Option::is_none) || window.is_some() {
         let mut next = rx.recv_timeout(Duration::from_millis(20)).ok();
         while let Some(u) = next {
             match u {
@@ -225,7 +229,10 @@ fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>) -> i32 {
                 Update::Rank(Event::Exit { rank, status: st }) => {
                     if status[rank].is_none() {
                         status[rank] = Some(st);
-                        ended.push((rank, st));
+                        if !st.success() {
+                            failed.push((rank, st));
+                            window.get_or_insert_with(Instant::now);
+                        }
                     }
                 }
                 Update::HostEnded(_, Ok(())) => {}
@@ -243,12 +250,16 @@ fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>) -> i32 {
             }
             next = rx.try_recv().ok();
         }
-        ended.sort_by_key(|(rank, st)| (st.signal.is_none(), *rank));
-        if let Some(&(rank, st)) = ended.iter().find(|(_, st)| !st.success()) {
-            if quiet(&first_fail, &forwarded, timed_out) {
-                let host = &spec.host_names[spec.placement[rank].host];
-                eprintln!("cclrun: rank {rank} (pid {}) on {host} {}; ending the job", pid[rank], describe(st));
-                first_fail = Some((exit_code(st), Instant::now()));
+        let all_ended = status.iter().all(Option::is_some);
+        if window.is_some_and(|w| all_ended || w.elapsed() >= BLAME_WINDOW) {
+            window = None;
+            // a signal's victim first, else the first to fail
+            if let Some(&(rank, st)) = failed.iter().find(|(_, st)| st.signal.is_some()).or(failed.first()) {
+                if quiet(&first_fail, &forwarded, timed_out) {
+                    let host = &spec.host_names[spec.placement[rank].host];
+                    eprintln!("cclrun: rank {rank} (pid {}) on {host} {}; ending the job", pid[rank], describe(st));
+                    first_fail = Some((exit_code(st), Instant::now()));
+                }
             }
         }
         let sig = SIGNAL.swap(0, Ordering::SeqCst);
