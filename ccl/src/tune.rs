@@ -121,15 +121,7 @@ impl Tuner {
         cfg: &Config,
     ) -> Algo {
         let model = self.model();
-        let sim_chunk = chunk.max(count / SIM_PIECES.max(1));
-        let mut times: Vec<(Algo, f64)> = coll
-            .algos()
-            .iter()
-            .filter_map(|&a| {
-                simulate(coll, a, count, elem, 0, channels, sim_chunk, hosts, &model).ok().map(|p| (a, p.seconds))
-            })
-            .collect();
-        times.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let times = predictions(coll, count, elem, channels, chunk, hosts, &model);
         let best = times.first().map_or(coll.algos()[0], |t| t.0);
         if self.loud && cfg.debug >= LogLevel::Info {
             let bytes = count.saturating_mul(elem);
@@ -146,6 +138,30 @@ impl Tuner {
         }
         best
     }
+}
+
+/// Every algorithm for `coll`, with its predicted seconds under `model`,
+/// fastest first: the tuner picks the first.
+#[allow(clippy::too_many_arguments)]
+pub fn predictions(
+    coll: Coll,
+    count: usize,
+    elem: usize,
+    channels: usize,
+    chunk: usize,
+    hosts: &Hosts,
+    model: &Model,
+) -> Vec<(Algo, f64)> {
+    let sim_chunk = chunk.max(count / SIM_PIECES);
+    let mut times: Vec<(Algo, f64)> = coll
+        .algos()
+        .iter()
+        .filter_map(|&a| {
+            simulate(coll, a, count, elem, 0, channels, sim_chunk, hosts, model).ok().map(|p| (a, p.seconds))
+        })
+        .collect();
+    times.sort_by(|a, b| a.1.total_cmp(&b.1));
+    times
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 //! here, step by step, for every rank at once. The model is α-β per link:
 //! a message costs a latency plus its bytes over a bandwidth. Ranks of one
 //! host talk through shared memory (each connection on its own); between
-//! hosts, every host has one network link, each direction of which carries
-//! one message at a time, so concurrent transfers share it. Every rank has
+//! hosts, every host has `nics` network links (a rank uses link `local
+//! rank % nics`, as NCCL pairs GPUs with NICs), each direction of which
+//! carries one message at a time, so concurrent transfers share it. Every rank has
 //! one progress thread: its local work (copying into and out of slots,
 //! reducing) is serial across its channels. Slots are taken as plentiful
 //! (the verifier has already shown the schedules cannot deadlock on them).
@@ -15,7 +16,7 @@
 
 mod run;
 
-pub use run::{simulate, Prediction};
+pub use run::{simulate, Prediction, MAX_STEPS};
 
 /// One kind of link: a per-message latency and a bandwidth.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -31,8 +32,10 @@ pub struct Link {
 pub struct Model {
     /// Between ranks of one host (shared memory).
     pub intra: Link,
-    /// Each host's network link (each direction).
+    /// Each of a host's network links (each direction).
     pub inter: Link,
+    /// Network links per host.
+    pub nics: usize,
     /// Bytes per second one rank copies (into or out of a slot).
     pub copy: f64,
     /// Bytes per second one rank reduces (two inputs, one output).
@@ -47,6 +50,7 @@ impl Model {
     pub const DEFAULT: Model = Model {
         intra: Link { latency: 2e-6, bandwidth: 8e9 },
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
+        nics: 1,
         copy: 8e9,
         reduce: 6e9,
         step: 0.3e-6,

@@ -28,7 +28,9 @@ struct Sim<'a> {
     pc: Vec<Vec<(usize, f64)>>,
     /// Per rank: when its progress thread is free.
     cpu: Vec<f64>,
-    /// Per host: when its link is free, out and in.
+    /// Per rank: its network link (host × nics + local rank % nics).
+    nic: Vec<usize>,
+    /// Per network link: when it is free, out and in.
     nic_out: Vec<f64>,
     nic_in: Vec<f64>,
     /// Arrival times of messages not yet received, per (from, to, channel).
@@ -50,10 +52,11 @@ impl Sim<'_> {
         let arrive = if hf == ht {
             t + self.model.intra.latency + bytes / self.model.intra.bandwidth
         } else {
-            let start = t.max(self.nic_out[hf]).max(self.nic_in[ht]);
+            let (nf, nt) = (self.nic[from], self.nic[to]);
+            let start = t.max(self.nic_out[nf]).max(self.nic_in[nt]);
             let end = start + bytes / self.model.inter.bandwidth;
-            self.nic_out[hf] = end;
-            self.nic_in[ht] = end;
+            self.nic_out[nf] = end;
+            self.nic_in[nt] = end;
             end + self.model.inter.latency
         };
         self.wire.entry((from, to, ch)).or_default().push_back(arrive);
@@ -147,6 +150,12 @@ impl Sim<'_> {
     }
 }
 
+/// The most steps (all ranks together) one simulation may take, estimated
+/// from rank 0's schedule: about half a second. Longer schedules (a flat
+/// ring over thousands of ranks) are not timed: they are errors, and the
+/// tuner does not consider them.
+pub const MAX_STEPS: usize = 4_000_000;
+
 /// Times `algo` running `coll` of `count` elements of `elem_size` bytes on
 /// `hosts` under `model`, with `channels` channels and pieces of `chunk`
 /// elements. Every rank's schedule is generated and all run together.
@@ -167,8 +176,22 @@ pub fn simulate(
     for rank in 0..n {
         let p = Params { nranks: n, rank, count, root, channels, chunk, in_place: true, hosts };
         sched.push(generate(coll, algo, &p)?.channels);
+        if rank == 0 {
+            let steps = sched[0].iter().map(Vec::len).sum::<usize>().saturating_mul(n);
+            if steps > MAX_STEPS {
+                return Err(format!("{algo} on {n} ranks takes ~{steps} steps: too long to simulate"));
+            }
+        }
     }
-    let nh = hosts.groups().len();
+    let nics = model.nics.max(1);
+    let mut nic = vec![0; n];
+    let groups = hosts.groups();
+    for (h, g) in groups.iter().enumerate() {
+        for (l, &r) in g.iter().enumerate() {
+            nic[r] = h * nics + l % nics;
+        }
+    }
+    let links = groups.len() * nics;
     let mut sim = Sim {
         model,
         hosts,
@@ -176,8 +199,9 @@ pub fn simulate(
         pc: sched.iter().map(|chans| vec![(0, 0.0); chans.len()]).collect(),
         sched,
         cpu: vec![0.0; n],
-        nic_out: vec![0.0; nh],
-        nic_in: vec![0.0; nh],
+        nic,
+        nic_out: vec![0.0; links],
+        nic_in: vec![0.0; links],
         wire: HashMap::new(),
         waiting: HashMap::new(),
     };

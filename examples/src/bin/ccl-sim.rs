@@ -1,0 +1,180 @@
+//! `ccl-sim`: predicted bus bandwidth of every algorithm on a modelled
+//! cluster, from the same schedules ccl runs, and the tuner's pick.
+//!
+//! ```text
+//! ccl-sim ccl/topologies/h100-8x8-ib.toml -b 1K -e 1G -f 4
+//! ccl-sim ccl/topologies/namespaces-1gbit.toml -C all_gather --hosts 16
+//! ```
+//! A topology file gives hosts, ranks per host, and latency and bandwidth
+//! inside a host, of each network link of a host (`nics` of them), and of
+//! a rank's copies and reductions (see `ccl/topologies/`).
+
+use ccl::algo::Coll;
+use ccl::sim::{Link, Model};
+use ccl::topo::Hosts;
+use ccl::tune::predictions;
+use clap::Parser;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "ccl-sim", about = "Predicted busbw of every ccl algorithm on a modelled cluster")]
+struct Args {
+    /// Topology file (TOML)
+    topology: PathBuf,
+    /// Collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce
+    #[arg(short = 'C', long = "coll", default_value = "all_reduce")]
+    coll: String,
+    /// Smallest size in bytes (K, M, G suffixes)
+    #[arg(short = 'b', long = "minbytes", default_value = "8")]
+    min: String,
+    /// Largest size in bytes
+    #[arg(short = 'e', long = "maxbytes", default_value = "256M")]
+    max: String,
+    /// Multiply the size by this much each step
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
+    factor: usize,
+    /// Bytes per element
+    #[arg(long = "elem", default_value_t = 4)]
+    elem: usize,
+    /// Channels
+    #[arg(long, default_value_t = 1)]
+    channels: usize,
+    /// Bytes per pipeline piece
+    #[arg(long, default_value = "512K")]
+    chunk: String,
+    /// Override the file's host count
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// Override the file's ranks per host
+    #[arg(long)]
+    ranks_per_host: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct LinkSpec {
+    latency_us: f64,
+    bandwidth_gb_s: f64,
+    #[serde(default = "one")]
+    nics: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+#[derive(Deserialize)]
+struct RankSpec {
+    copy_gb_s: f64,
+    reduce_gb_s: f64,
+    step_us: f64,
+}
+
+#[derive(Deserialize)]
+struct Topology {
+    name: String,
+    hosts: usize,
+    ranks_per_host: usize,
+    intra: LinkSpec,
+    inter: LinkSpec,
+    rank: RankSpec,
+}
+
+fn link(l: &LinkSpec) -> Link {
+    Link { latency: l.latency_us * 1e-6, bandwidth: l.bandwidth_gb_s * 1e9 }
+}
+
+fn bytes(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1usize << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(|| format!("{s:?} is not a size"))
+}
+
+fn busbw_factor(coll: Coll, n: usize) -> f64 {
+    let n = n as f64;
+    match coll {
+        Coll::AllReduce => 2.0 * (n - 1.0) / n,
+        Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let text = std::fs::read_to_string(&a.topology).map_err(|e| format!("{}: {e}", a.topology.display()))?;
+    let t: Topology = toml::from_str(&text).map_err(|e| format!("{}: {e}", a.topology.display()))?;
+    let (nh, per) = (a.hosts.unwrap_or(t.hosts), a.ranks_per_host.unwrap_or(t.ranks_per_host));
+    if nh == 0 || per == 0 || nh * per > 1 << 16 {
+        return Err(format!("{nh} hosts × {per} ranks: expected 1 ..= 65536 ranks"));
+    }
+    let coll = Coll::ALL
+        .into_iter()
+        .find(|c| c.name() == a.coll.replace('-', "_") && !matches!(c, Coll::Send | Coll::Recv | Coll::Barrier))
+        .ok_or_else(|| format!("unknown collective {:?}", a.coll))?;
+    let model = Model {
+        intra: link(&t.intra),
+        inter: link(&t.inter),
+        nics: t.inter.nics.max(1),
+        copy: t.rank.copy_gb_s * 1e9,
+        reduce: t.rank.reduce_gb_s * 1e9,
+        step: t.rank.step_us * 1e-6,
+    };
+    let hosts = Hosts::blocks(&vec![per; nh]);
+    let n = nh * per;
+    let elem = a.elem.max(1);
+    let chunk = (bytes(&a.chunk)? / elem).max(1);
+    let algos = coll.algos();
+    println!("# ccl-sim: {coll} on {n} ranks ({nh} hosts x {per}), {elem}-byte elements, {}", t.name);
+    println!(
+        "#   inside a host {}; network {} x {}; rank copy {:.0} GB/s, reduce {:.0} GB/s",
+        model.intra,
+        model.nics,
+        model.inter,
+        model.copy / 1e9,
+        model.reduce / 1e9
+    );
+    println!(
+        "# predicted busbw (GB/s) per algorithm (skip: over {} steps, not considered); pick: the tuner's choice",
+        ccl::sim::MAX_STEPS
+    );
+    print!("# {:>12} {:>12}", "size (B)", "count");
+    for al in algos {
+        print!(" {:>10}", al.name());
+    }
+    println!(" {:>10} {:>12}", "pick", "time (us)");
+    let (mut size, max) = (bytes(&a.min)?.max(elem), bytes(&a.max)?);
+    let started = std::time::Instant::now();
+    while size <= max {
+        let count = size / elem;
+        let times = predictions(coll, count, elem, a.channels.max(1), chunk, &hosts, &model);
+        print!("  {size:>12} {count:>12}");
+        for al in algos {
+            match times.iter().find(|(x, _)| x == al) {
+                Some((_, secs)) => print!(" {:>10.2}", size as f64 / secs / 1e9 * busbw_factor(coll, n)),
+                None => print!(" {:>10}", "skip"),
+            }
+        }
+        match times.first() {
+            Some((pick, secs)) => println!(" {:>10} {:>12.1}", pick.name(), secs * 1e6),
+            None => println!(),
+        }
+        if a.factor < 2 {
+            break;
+        }
+        size = size.saturating_mul(a.factor);
+    }
+    println!("# simulated in {:.2} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn main() {
+    let a = Args::parse();
+    if let Err(e) = run(&a) {
+        eprintln!("ccl-sim: {e}");
+        std::process::exit(2);
+    }
+}
