@@ -12,8 +12,10 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh test
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -q -- -D warnings
-cargo clippy -p ccl-integration --all-targets --features mpi -q -- -D warnings
+cargo clippy -p ccl-integration -p ccl-examples --all-targets --features ccl-integration/mpi,ccl-examples/mpi -q -- -D warnings
 cargo test --workspace
+# ccl-perf with --backend mpi, then the MPI bootstrap and backend tests
+cargo build -p ccl-examples --features mpi --bin ccl-perf
 cargo test -p ccl-integration --features mpi --test mpi_feature
 secs="${CCL_FUZZ_SECONDS:-30}"
 if [ "$secs" != 0 ]; then

@@ -61,3 +61,15 @@ fn ccl_perf_prints_the_nccl_tests_table_with_real_checks() {
     }
     let _ = std::fs::remove_file(json);
 }
+
+#[test]
+fn ccl_perf_socket_backend_and_memcpy_yardstick() {
+    let out = run(2, "ccl-perf", &["--backend", "socket", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1"]);
+    let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 5, "{out}");
+    assert!(rows.iter().all(|r| r.split_whitespace().nth(6).and_then(|b| b.parse::<f64>().ok()).is_some()), "{out}");
+    let out = run(2, "ccl-perf", &["-b", "1M", "-e", "1M", "-n", "2", "-w", "1"]);
+    assert!(out.contains("# memcpy: 2 rank(s) each copying 1 MiB at once: "), "{out}");
+    let o = Command::new(bin("ccl-perf")).args(["--backend", "nope"]).output().expect("ccl-perf");
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -25,3 +25,28 @@ fn plain_mpirun_bootstraps_through_mpi() {
     assert_eq!(out.matches("all collectives correct").count(), 4, "{out}");
     assert!(err.contains("ccl INFO 4 ranks started by MPI"), "{err}");
 }
+
+/// `ccl-perf --backend mpi` (scripts/test.sh builds ccl-perf with feature
+/// `mpi` before this test): the same table, through Open MPI, checked.
+#[test]
+fn ccl_perf_through_mpi() {
+    let found = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    if unavailable("mpirun (apt install openmpi-bin)", !found) {
+        return;
+    }
+    let perf = ccl_integration::cclrun().with_file_name("ccl-perf");
+    for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
+        let o = Command::new("mpirun")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .args(["--oversubscribe", "-np", "3"])
+            .arg(&perf)
+            .args(["--backend", "mpi", "-C", coll, "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1"])
+            .output()
+            .expect("mpirun");
+        let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "{coll}: {out}{err}");
+        assert!(out.contains("backend mpi") && out.contains("# Out of bounds values : 0 OK"), "{coll}: {out}");
+        assert_eq!(out.lines().filter(|l| !l.starts_with('#')).count(), 5, "{coll}: {out}");
+    }
+}

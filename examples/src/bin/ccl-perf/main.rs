@@ -7,10 +7,16 @@
 //! and reduce), and #wrong: elements that differ from the exactly
 //! predictable result of a checked call. Times are the slowest rank's.
 
+#[cfg(feature = "mpi")]
+mod mpi;
+mod socket;
+mod table;
+
 use ccl::{Avg, Communicator, Group, Max, Min, Prod, Reduce, ReduceOp, Sum};
 use clap::Parser;
 use half::{bf16, f16};
 use std::time::Instant;
+use table::Mode;
 
 #[derive(Parser, Debug)]
 #[command(name = "ccl-perf", about = "nccl-tests style benchmark of ccl collectives")]
@@ -51,6 +57,10 @@ struct Args {
     /// Also write the results as JSON to this file (rank 0)
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// What to measure: ccl; mpi (the same sweep through MPI under mpirun; needs feature mpi);
+    /// socket (raw TCP between ranks 0 and 1, the yardstick for ccl's TCP transport)
+    #[arg(long, default_value = "ccl")]
+    backend: String,
 }
 
 fn bytes(s: &str) -> Result<usize, String> {
@@ -141,13 +151,6 @@ fn value<T: Elem>(r: usize, i: usize, prod: bool) -> T {
     } else {
         T::of(((r * 7 + i * 13) % 11) as i64)
     }
-}
-
-struct Mode {
-    time_us: f64,
-    algbw: f64,
-    busbw: f64,
-    wrong: u64,
 }
 
 struct Bench<'a, T: Elem, O: ReduceOp<T>> {
@@ -269,27 +272,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         let root = if self.coll.rooted() { self.a.root as i64 } else { -1 };
         let redop = if self.coll.reduces() { O::NAME } else { "none" };
         if me {
-            println!("#{:>60}{:>34}", "out-of-place", "in-place");
-            println!(
-                "# {:>10} {:>12} {:>8} {:>6} {:>5} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
-                "size",
-                "count",
-                "type",
-                "redop",
-                "root",
-                "time",
-                "algbw",
-                "busbw",
-                "#wrong",
-                "time",
-                "algbw",
-                "busbw",
-                "#wrong"
-            );
-            println!(
-                "# {:>10} {:>12} {:>31} {:>7} {:>7} {:>16} {:>7} {:>7}",
-                "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "(GB/s)"
-            );
+            table::header();
         }
         let mut rows = Vec::new();
         let mut size = self.a.min.max(unit);
@@ -300,22 +283,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
             let oop = self.mode(count, bytes, false)?;
             let ip = self.mode(count, bytes, true)?;
             if me {
-                println!(
-                    "  {:>10} {:>12} {:>8} {:>6} {:>5} {:>9.2} {:>7.2} {:>7.2} {:>6} {:>9.2} {:>7.2} {:>7.2} {:>6}",
-                    bytes,
-                    bytes / elem,
-                    T::name(),
-                    redop,
-                    root,
-                    oop.time_us,
-                    oop.algbw,
-                    oop.busbw,
-                    oop.wrong,
-                    ip.time_us,
-                    ip.algbw,
-                    ip.busbw,
-                    ip.wrong
-                );
+                table::row(bytes, bytes / elem, T::name(), redop, root, &oop, &ip);
             }
             bw_sum += oop.busbw + ip.busbw;
             bw_n += 2;
@@ -360,17 +328,61 @@ where
     }
 }
 
+/// The memory bandwidth yardstick, measured in the same run: every rank
+/// copies `bytes` at once (as many copies as ranks), best of 5.
+fn memcpy_line(g: &Group, bytes: usize) -> ccl::Result<()> {
+    let src = vec![1u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    dst.copy_from_slice(&src); // fault the pages in
+    let mut best = [f64::INFINITY];
+    for _ in 0..5 {
+        g.barrier()?;
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        let mut secs = [t.elapsed().as_secs_f64()];
+        g.typed::<f64>().all_reduce(&mut secs, Max)?;
+        best[0] = best[0].min(secs[0]);
+    }
+    if g.rank() == 0 {
+        let total = (g.size() * bytes) as f64 / best[0] / 1e9;
+        println!(
+            "# memcpy: {} rank(s) each copying {} MiB at once: {total:.2} GB/s in total, {:.2} GB/s each",
+            g.size(),
+            bytes >> 20,
+            total / g.size() as f64
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ccl::Result<()> {
     let a = Args::parse();
     let Some(coll) = Coll::parse(&a.coll) else {
         eprintln!("ccl-perf: unknown collective {:?}", a.coll);
         std::process::exit(2);
     };
+    match a.backend.as_str() {
+        "ccl" | "socket" => {}
+        #[cfg(feature = "mpi")]
+        "mpi" => std::process::exit(mpi::run(&a, coll)),
+        #[cfg(not(feature = "mpi"))]
+        "mpi" => {
+            eprintln!("ccl-perf: --backend mpi needs a build with `--features mpi`");
+            std::process::exit(2);
+        }
+        b => {
+            eprintln!("ccl-perf: unknown backend {b:?} (ccl, mpi, socket)");
+            std::process::exit(2);
+        }
+    }
     if let Some(algo) = &a.algo {
         // before init, while this process has one thread
         std::env::set_var("CCL_ALGO", algo);
     }
     let g = ccl::init()?;
+    if a.backend == "socket" {
+        return socket::run(&g, &a);
+    }
     if g.rank() == 0 {
         let hosts = g.hosts().groups().len();
         println!(
@@ -388,6 +400,9 @@ fn main() -> ccl::Result<()> {
             a.warmup,
             a.algo.as_deref().unwrap_or("auto")
         );
+    }
+    if a.max >= 1 << 20 {
+        memcpy_line(&g, a.max.min(64 << 20))?;
     }
     let rows = match a.dtype.as_str() {
         "float" | "f32" => run_op::<f32>(&g, &a, coll),

@@ -1,0 +1,126 @@
+//! `--backend mpi`: the same sweep through MPI (rsmpi's MPI_Allreduce,
+//! MPI_Bcast, ...), run under `mpirun`, so ccl and MPI are measured by one
+//! tool with one table. Float sum only. rsmpi has no `MPI_IN_PLACE`, so
+//! the in-place columns are a second out-of-place measurement.
+
+use super::table::{self, Mode};
+use super::{Args, Coll};
+use mpi::collective::SystemOperation;
+use mpi::traits::*;
+use std::time::Instant;
+
+fn value(r: usize, i: usize) -> f32 {
+    ((r * 7 + i * 13) % 11) as f32
+}
+
+/// Runs the sweep; the process exit code.
+pub fn run(a: &Args, coll: Coll) -> i32 {
+    if a.dtype != "float" || a.op != "sum" {
+        eprintln!("ccl-perf: --backend mpi measures float sum only");
+        return 2;
+    }
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("ccl-perf: MPI was already initialised");
+        return 1;
+    };
+    let world = universe.world();
+    let (n, r) = (world.size() as usize, world.rank() as usize);
+    let root = a.root.min(n - 1);
+    let me = r == 0;
+    if me {
+        let (major, minor) = mpi::environment::version();
+        println!(
+            "# ccl-perf: {} on {n} ranks, float sum, {} .. {} bytes ×{}, {} iters, {} warmup, backend mpi (MPI {major}.{minor}: {})",
+            coll.name(),
+            a.min,
+            a.max,
+            a.factor,
+            a.iters,
+            a.warmup,
+            mpi::environment::library_version().unwrap_or_default().lines().next().unwrap_or("")
+        );
+        table::header();
+    }
+    let elem = 4;
+    let unit = elem * if matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
+    let mut size = a.min.max(unit);
+    let (mut bw_sum, mut bw_n, mut wrong_total) = (0.0, 0, 0);
+    while size <= a.max.max(unit) {
+        let bytes = size / unit * unit;
+        let count = bytes / unit;
+        let (li, lo) = match coll {
+            Coll::AllReduce | Coll::Broadcast | Coll::Reduce => (count, count),
+            Coll::AllGather => (count, n * count),
+            Coll::ReduceScatter => (n * count, count),
+            Coll::AllToAll => (n * count, n * count),
+        };
+        let input: Vec<f32> = (0..li).map(|i| value(r, i)).collect();
+        let mut output = vec![0f32; lo];
+        let call = |input: &[f32], output: &mut [f32]| match coll {
+            Coll::AllReduce => world.all_reduce_into(input, output, SystemOperation::sum()),
+            Coll::Broadcast => {
+                if r == root {
+                    output.copy_from_slice(input);
+                }
+                world.process_at_rank(root as i32).broadcast_into(output)
+            }
+            Coll::Reduce if r == root => {
+                world.process_at_rank(root as i32).reduce_into_root(input, output, SystemOperation::sum())
+            }
+            Coll::Reduce => world.process_at_rank(root as i32).reduce_into(input, SystemOperation::sum()),
+            Coll::AllGather => world.all_gather_into(input, output),
+            Coll::ReduceScatter => world.reduce_scatter_block_into(input, output, SystemOperation::sum()),
+            Coll::AllToAll => world.all_to_all_into(input, output),
+        };
+        let fold = |q: usize| (0..n).map(|s| value(s, q)).sum::<f32>();
+        let mut modes = Vec::new();
+        for _ in 0..2 {
+            call(&input, &mut output);
+            let want = |q: usize| -> Option<f32> {
+                let c = count.max(1);
+                Some(match coll {
+                    Coll::AllReduce => fold(q),
+                    Coll::Reduce if r == root => fold(q),
+                    Coll::Reduce => return None,
+                    Coll::Broadcast => value(root, q),
+                    Coll::AllGather => value(q / c, q % c),
+                    Coll::ReduceScatter => fold(r * count + q),
+                    Coll::AllToAll => value(q / c, r * count + q % c),
+                })
+            };
+            let wrong = output.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64;
+            for _ in 0..a.warmup {
+                call(&input, &mut output);
+            }
+            world.barrier();
+            let t = Instant::now();
+            for _ in 0..a.iters.max(1) {
+                call(&input, &mut output);
+            }
+            let secs = t.elapsed().as_secs_f64() / a.iters.max(1) as f64;
+            let mut worst = 0f64;
+            world.all_reduce_into(&secs, &mut worst, SystemOperation::max());
+            let mut wrong_all = 0u64;
+            world.all_reduce_into(&wrong, &mut wrong_all, SystemOperation::sum());
+            let algbw = bytes as f64 / worst / 1e9;
+            modes.push(Mode { time_us: worst * 1e6, algbw, busbw: algbw * coll.busbw_factor(n), wrong: wrong_all });
+        }
+        let rooted = if matches!(coll, Coll::Broadcast | Coll::Reduce) { root as i64 } else { -1 };
+        let redop = if matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) { "sum" } else { "none" };
+        if me {
+            table::row(bytes, bytes / elem, "float", redop, rooted, &modes[0], &modes[1]);
+        }
+        bw_sum += modes[0].busbw + modes[1].busbw;
+        bw_n += 2;
+        wrong_total += modes[0].wrong + modes[1].wrong;
+        if a.factor < 2 {
+            break;
+        }
+        size = size.saturating_mul(a.factor);
+    }
+    if me {
+        println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
+        println!("# Avg bus bandwidth    : {:.4}", bw_sum / bw_n.max(1) as f64);
+    }
+    i32::from(wrong_total > 0)
+}
