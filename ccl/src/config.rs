@@ -165,6 +165,8 @@ knobs! {
     checksum: bool = false, "CCL_CHECKSUM", "0";
     /// Network bandwidth between hosts in Mbit/s for the cost model; 0 measures it at start-up.
     net_mbps: usize = 0, "CCL_NET_MBPS", "0";
+    /// File of measured algorithm choices (bench/tuner --write), consulted before the cost model; the same on every rank.
+    tune_file: String = String::new(), "CCL_TUNE_FILE", "";
 }
 
 impl Config {

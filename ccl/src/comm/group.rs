@@ -80,6 +80,7 @@ impl Group {
         let chatty = config.debug >= crate::config::LogLevel::Info;
         let engine =
             Mutex::new(Engine::new(conns, rank, Backoff::spins_for(local, cores), Arc::clone(&aborted), chatty));
+        let rules = if config.tune_file.is_empty() { None } else { Some(tune::Rules::load(&config.tune_file)?) };
         let inner = Inner {
             rank,
             size,
@@ -95,6 +96,9 @@ impl Group {
             aborted,
             engine,
         };
+        if let Some(r) = rules {
+            inner.tuner.set_rules(r);
+        }
         Ok(Group { inner: Arc::new(inner) })
     }
 

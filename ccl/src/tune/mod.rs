@@ -9,7 +9,12 @@
 //! choice from the same inputs. Forced choices (`CCL_ALGO`, `CCL_NCHANNELS`,
 //! `CCL_CHUNKSIZE`) win where they apply. The piece size never exceeds half
 //! a connection's slots, the condition under which the verifier proves
-//! every schedule deadlock-free.
+//! every schedule deadlock-free. A tuning file (`CCL_TUNE_FILE`, see
+//! [`Rules`]) of measured choices is consulted before the model.
+
+mod rules;
+
+pub use rules::Rules;
 
 use crate::algo::{Algo, Coll};
 use crate::config::{Config, LogLevel, NSLOTS};
@@ -40,6 +45,7 @@ pub struct Tuner {
     /// Says what it chose (under `CCL_DEBUG=INFO`): rank 0's tuner.
     loud: bool,
     model: Mutex<Model>,
+    rules: Mutex<Rules>,
     /// (collective, element size, size class) → algorithm.
     memo: Mutex<HashMap<(Coll, usize, u32), Algo>>,
 }
@@ -62,7 +68,7 @@ impl Tuner {
     /// A tuner that predicts with `model`; a `loud` one reports its choices
     /// under `CCL_DEBUG=INFO`.
     pub fn new(model: Model, loud: bool) -> Self {
-        Tuner { loud, model: Mutex::new(model), memo: Mutex::new(HashMap::new()) }
+        Tuner { loud, model: Mutex::new(model), rules: Mutex::new(Rules::default()), memo: Mutex::new(HashMap::new()) }
     }
 
     /// The model it predicts with.
@@ -74,6 +80,17 @@ impl Tuner {
     /// Every rank must set the same model.
     pub fn set_model(&self, model: Model) {
         *self.model.lock().unwrap_or_else(|p| p.into_inner()) = model;
+        self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// The measured rules it consults first.
+    pub fn rules(&self) -> Rules {
+        self.rules.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Consults `rules` before the model from now on.
+    pub fn set_rules(&self, rules: Rules) {
+        *self.rules.lock().unwrap_or_else(|p| p.into_inner()) = rules;
         self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
@@ -94,7 +111,13 @@ impl Tuner {
                 let class = size_class(count.saturating_mul(elem));
                 let key = (coll, elem, class);
                 let memo = self.memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
-                match memo {
+                let ruled = self.rules.lock().unwrap_or_else(|p| p.into_inner()).get(
+                    coll,
+                    hosts.nranks(),
+                    hosts.groups().len(),
+                    class,
+                );
+                match memo.or(ruled) {
                     Some(a) => a,
                     None => {
                         let a = self.predict_best(coll, count, elem, channels, chunk, hosts, cfg);
