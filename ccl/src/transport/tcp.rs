@@ -25,7 +25,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 4] = b"CCLT";
 /// Frame header: payload length (u32), the call's fingerprint (4 × u64),
@@ -80,7 +80,20 @@ struct Shared {
     /// Receiving connections still waiting for their sockets: while there
     /// are any, the listener is worth polling.
     unclaimed: AtomicUsize,
+    /// Accepted sockets whose hello has not fully arrived: bytes so far,
+    /// source, and when to give up on them. Read without blocking, so a
+    /// silent connection never stalls the rank.
+    pending: Mutex<Vec<Unhello>>,
+    /// Nonces of the hellos accepted so far: a hello seen once is refused
+    /// if it comes again (a replay), so a recorded hello admits no one.
+    seen: Mutex<std::collections::HashSet<[u8; 16]>>,
 }
+
+/// An accepted socket waiting for its hello: source, deadline, bytes so far.
+type Unhello = (TcpStream, std::net::SocketAddr, Instant, Vec<u8>);
+
+/// How long an accepted connection has to send its hello.
+const HELLO_WITHIN: Duration = Duration::from_secs(5);
 
 /// Seconds idle before the first keepalive probe, between probes, and
 /// unanswered probes before the kernel declares the link dead (~16 s).
@@ -144,10 +157,11 @@ impl Shared {
         Ok(h)
     }
 
-    /// Reads and checks a hello; the connection and socket index it names.
-    fn check_hello(&self, s: &mut TcpStream) -> Result<(Link, usize)> {
-        let mut h = [0u8; HELLO];
-        s.read_exact(&mut h).map_err(|e| io_err("hello", e))?;
+    /// Checks a hello; the connection and socket index it names.
+    fn check_hello(&self, h: &[u8]) -> Result<(Link, usize)> {
+        if h.len() != HELLO {
+            return Err(Error::transport(format!("hello of {} bytes", h.len())));
+        }
         let (body, tag) = h.split_at(HELLO - 32);
         let want = mac(&self.secret, body)?;
         if &body[..4] != MAGIC || want.as_slice() != tag {
@@ -160,36 +174,57 @@ impl Shared {
         if to != self.me || nsocks != self.nsocks || idx >= nsocks {
             return Err(Error::transport(format!("hello for rank {to}, socket {idx} of {nsocks} does not fit")));
         }
+        let nonce: [u8; 16] = body[40..56].try_into().unwrap_or([0; 16]);
+        if !self.seen.lock().map_err(|_| Error::internal("nonce lock"))?.insert(nonce) {
+            return Err(Error::transport("hello replayed (its nonce was seen before)"));
+        }
         Ok(((comm, from, channel), idx))
     }
 
-    /// Accepts every pending connection, keeping the authenticated ones.
+    /// Accepts every pending connection and reads what hellos have
+    /// arrived, without blocking; keeps the authenticated connections, drops
+    /// (and logs, with the source address) the rest, and any that has not
+    /// said hello within [`HELLO_WITHIN`].
     fn accept(&self) {
-        loop {
-            match self.listener.accept() {
-                Ok((mut s, from)) => {
-                    let ok = s
-                        .set_nonblocking(false)
-                        .and_then(|()| s.set_read_timeout(Some(Duration::from_secs(5))))
-                        .map_err(|e| io_err("accept", e))
-                        .and_then(|()| self.check_hello(&mut s))
-                        .and_then(|k| {
-                            s.set_nonblocking(true).map_err(|e| io_err("accept", e))?;
-                            let _ = s.set_nodelay(true);
-                            keepalive(&s).map_err(|e| io_err("keepalive", e))?;
-                            Ok(k)
-                        });
-                    match ok {
-                        Ok((key, idx)) => {
-                            if let Ok(mut inbox) = self.inbox.lock() {
-                                inbox.entry(key).or_insert_with(|| (0..self.nsocks).map(|_| None).collect())[idx] =
-                                    Some(s);
-                            }
-                        }
-                        Err(e) => eprintln!("ccl: tcp: dropped connection from {from}: {e}"),
+        let Ok(mut pending) = self.pending.lock() else { return };
+        while let Ok((s, from)) = self.listener.accept() {
+            match s.set_nonblocking(true) {
+                Ok(()) => pending.push((s, from, Instant::now() + HELLO_WITHIN, Vec::with_capacity(HELLO))),
+                Err(e) => eprintln!("ccl: tcp: dropped connection from {from}: {}", io_err("accept", e)),
+            }
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            let (s, _, deadline, buf) = &mut pending[i];
+            let mut chunk = [0u8; HELLO];
+            let outcome = match s.read(&mut chunk[..HELLO - buf.len()]) {
+                Ok(0) => Some(Err(Error::transport("closed before its hello"))),
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    (buf.len() == HELLO).then(|| self.check_hello(buf))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    (Instant::now() >= *deadline).then(|| Err(Error::transport("no hello in time")))
+                }
+                Err(e) => Some(Err(io_err("hello", e))),
+            };
+            let Some(outcome) = outcome else {
+                i += 1;
+                continue;
+            };
+            let (s, from, _, _) = pending.swap_remove(i);
+            let kept = outcome.and_then(|k| {
+                let _ = s.set_nodelay(true);
+                keepalive(&s).map_err(|e| io_err("keepalive", e))?;
+                Ok(k)
+            });
+            match kept {
+                Ok((key, idx)) => {
+                    if let Ok(mut inbox) = self.inbox.lock() {
+                        inbox.entry(key).or_insert_with(|| (0..self.nsocks).map(|_| None).collect())[idx] = Some(s);
                     }
                 }
-                Err(_) => return,
+                Err(e) => eprintln!("ccl: tcp: dropped connection from {from}: {e}"),
             }
         }
     }
@@ -503,6 +538,8 @@ impl Tcp {
             inbox: Mutex::new(HashMap::new()),
             polled: Mutex::new(Vec::new()),
             unclaimed: AtomicUsize::new(0),
+            pending: Mutex::new(Vec::new()),
+            seen: Mutex::new(std::collections::HashSet::new()),
         };
         Tcp {
             shared: Arc::new(shared),
@@ -655,7 +692,6 @@ pub fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     fn transport(me: usize, checksum: bool) -> Tcp {
         let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
@@ -719,5 +755,47 @@ mod tests {
         let e = next(&mut r).expect_err("corruption detected");
         assert!(matches!(e.kind(), ErrorKind::Corrupt { .. }), "{e}");
         assert_eq!(e.to_string(), "corrupted data on the tcp from rank 0 channel 0 link: payload checksum mismatch");
+    }
+
+    #[test]
+    fn only_fresh_hellos_with_the_secret_get_in() {
+        let rx = transport(1, false);
+        let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
+        let addr = rx.shared.listener.local_addr().expect("addr");
+        let real = rx.shared.hello(key, 0).expect("hello");
+        let mut forged = real.clone();
+        forged[20] ^= 1; // addressed to another rank, tag unchanged
+        let other =
+            Tcp::new(0, [8; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), Vec::new(), 1, 4, 256, false);
+        let intruders: [&[u8]; 5] = [
+            &real[..HELLO / 2],                          // truncated, then closed
+            &[0xff; HELLO],                              // random bytes
+            &forged,                                     // altered after signing
+            &other.shared.hello(key, 0).expect("hello"), // another job's secret
+            &[],                                         // connects and says nothing
+        ];
+        for bytes in intruders {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            let _ = s.write_all(bytes);
+        }
+        // one that connects and stays silent: waited for without blocking anyone
+        let _silent = TcpStream::connect(addr).expect("connect");
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.write_all(&real).expect("hello");
+        // a recording of the accepted hello, replayed on a new connection
+        let mut replay = TcpStream::connect(addr).expect("connect");
+        replay.write_all(&real).expect("replay");
+        let t = Instant::now();
+        while rx.shared.inbox.lock().expect("inbox").is_empty() && t.elapsed() < Duration::from_secs(20) {
+            rx.shared.accept();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        rx.shared.accept();
+        let inbox = rx.shared.inbox.lock().expect("inbox");
+        assert_eq!(inbox.len(), 1, "only the real connection is kept");
+        assert_eq!(inbox.values().next().map(|v| v.iter().flatten().count()), Some(1));
+        assert_eq!(rx.shared.seen.lock().expect("seen").len(), 1);
+        assert_eq!(rx.shared.pending.lock().expect("pending").len(), 1, "the silent one still has time");
     }
 }
