@@ -97,6 +97,14 @@ impl Cluster {
         out
     }
 
+    /// Takes host `i`'s (1-based) link down or up, at the bridge.
+    pub fn link(&self, i: usize, up: bool) {
+        let tag = std::fs::read_to_string(self.dir.join("tag")).unwrap_or_default();
+        let dev = format!("cv{}h{i}", tag.trim());
+        let st = Command::new("ip").args(["link", "set", &dev, if up { "up" } else { "down" }]).status();
+        assert!(st.is_ok_and(|s| s.success()), "ip link set {dev}");
+    }
+
     /// The sshd pid of host `i` (1-based).
     pub fn sshd_pid(&self, i: usize) -> i32 {
         let p = std::fs::read_to_string(self.dir.join(format!("h{i}/sshd.pid"))).unwrap_or_default();

@@ -217,3 +217,36 @@ fn shaped_links_change_the_choice_as_the_model_says() {
     assert_ne!(fast, slow, "the choice did not change with the links");
     assert_clean(&c);
 }
+
+#[test]
+fn a_host_whose_link_goes_down_ends_the_job_with_errors() {
+    use std::io::BufRead;
+    let Some(c) = Cluster::up("linkdown", 4, 2) else { return };
+    let fault = env!("CARGO_BIN_EXE_fault");
+    let mut job = Command::new(cclrun())
+        .args(c.args())
+        .args(["-np", "8", "-x", "CCL_TIMEOUT=120", fault, "loop", "300"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cclrun");
+    let mut out = std::io::BufReader::new(job.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "looping");
+    let cut = Instant::now();
+    c.link(3, false); // ranks 4 and 5 are on host 3
+    let o = job.wait_with_output().expect("wait");
+    let took = cut.elapsed();
+    c.link(3, true);
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("link down: cclrun exited {:?} after {:.1} s\n{err}", o.status.code(), took.as_secs_f64());
+    assert!(!o.status.success(), "{err}");
+    // every rank off host 3 ended with an error of its own, within the keepalive bound
+    for r in [0, 1, 2, 3, 6, 7] {
+        assert!(err.contains(&format!("rank {r} error: ")), "rank {r} said nothing: {err}");
+    }
+    assert!(took < Duration::from_secs(60), "took {took:?}: {err}");
+    assert!(err.contains("ending the job"), "{err}");
+    assert!(eventually(60, || c.strays().is_empty()), "left running: {:?}", c.strays());
+}

@@ -7,6 +7,8 @@
 //! print the pid, then sleep (for signal tests). `fault mismatch R`: rank R
 //! calls broadcast while the others call all_reduce. `fault stuck`: rank 0
 //! prints its pid and waits in an all-reduce rank 1 joins 30 s later.
+//! `fault loop S`: all-reduce in a loop for S seconds (rank 0 prints
+//! `looping` once every rank has done one), for faults from outside.
 
 use ccl::Sum;
 
@@ -59,10 +61,20 @@ fn main() {
             }
             comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
         }
+        Some("loop") => {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(arg(1) as u64);
+            comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            if g.rank() == 0 {
+                println!("looping");
+            }
+            while std::time::Instant::now() < end {
+                comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            }
+        }
         Some("hang") => {
             println!("pid {}", std::process::id());
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
-        _ => eprintln!("usage: fault exit R C | kill R | stop R | mismatch R | stuck | hang"),
+        _ => eprintln!("usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | hang"),
     }
 }
