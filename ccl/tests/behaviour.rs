@@ -281,6 +281,16 @@ fn a_per_call_deadline_overrides_the_configured_one() {
     let e = e.expect("times out");
     assert!(matches!(e.kind(), ErrorKind::Timeout { .. }), "{e}");
     assert!(took < Duration::from_secs(10), "{took:?}");
+    // the barrier too
+    let out = job.run(|g| {
+        if g.rank() == 1 {
+            return None;
+        }
+        g.typed::<u8>().with_timeout(Duration::from_millis(300)).barrier().err()
+    });
+    let e = out[0].clone().expect("times out");
+    assert!(matches!(e.kind(), ErrorKind::Timeout { .. }) && e.to_string().contains("barrier"), "{e}");
+    assert!(e.to_string().contains("timed out after 0.3 s"), "the per-call deadline, not the 60 s one: {e}");
 }
 
 #[test]

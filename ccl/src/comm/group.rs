@@ -202,9 +202,9 @@ impl Group {
         self.with_engine(|e| e.wait(id))
     }
 
-    fn barrier_call() -> Call<u8> {
+    fn barrier_call(timeout: Option<std::time::Duration>) -> Call<u8> {
         let p = std::ptr::NonNull::<u8>::dangling().as_ptr();
-        Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false, timeout: None }
+        Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false, timeout }
     }
 
     /// Ends every pending and future call of this group, on this rank, with
@@ -218,16 +218,21 @@ impl Group {
 
     /// Blocks until every rank of the group has entered the barrier.
     pub fn barrier(&self) -> Result<()> {
+        self.barrier_within(None)
+    }
+
+    /// [`barrier`](Self::barrier) with a deadline other than `CCL_TIMEOUT`'s.
+    pub(crate) fn barrier_within(&self, timeout: Option<std::time::Duration>) -> Result<()> {
         let seq = self.next_seq(Coll::Barrier);
         // SAFETY: a barrier touches no user buffer (only its own scratch).
-        unsafe { self.run_numbered::<u8, BitOr>(Self::barrier_call(), seq) }
+        unsafe { self.run_numbered::<u8, BitOr>(Self::barrier_call(timeout), seq) }
             .map_err(|e| e.in_call("barrier", seq).at_rank(self.rank()))
     }
 
     /// A barrier that completes in the background.
     pub fn ibarrier(&self) -> Request<()> {
         let seq = self.next_seq(Coll::Barrier);
-        let call = Self::barrier_call();
+        let call = Self::barrier_call(None);
         let slot = Arc::new(Mutex::new(None));
         let s2 = Arc::clone(&slot);
         let done: Box<dyn FnOnce() + Send> = Box::new(move || {

@@ -272,9 +272,10 @@ impl<T: Reduce> Communicator<T> {
         })
     }
 
-    /// Blocks until every rank has entered the barrier.
+    /// Blocks until every rank has entered the barrier (within this
+    /// communicator's deadline).
     pub fn barrier(&self) -> Result<()> {
-        self.group.barrier()
+        self.group.barrier_within(self.timeout)
     }
 
     /// Non-blocking [`all_reduce`](Self::all_reduce); the request returns `buf`.
