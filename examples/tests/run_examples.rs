@@ -23,8 +23,16 @@ fn lone_examples() {
     assert!(run(env!("CARGO_BIN_EXE_hello"), &[]).contains("rank 0 of 1"));
     run(env!("CARGO_BIN_EXE_custom_op"), &[]);
     assert!(run(env!("CARGO_BIN_EXE_train_step"), &[]).contains("identical on all 1 ranks: true"));
-    let perf = run(env!("CARGO_BIN_EXE_ccl-perf"), &["-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1"]);
+    let svg = std::env::temp_dir().join(format!("ccl-perf-{}.svg", std::process::id()));
+    let svg_arg = svg.to_string_lossy().into_owned();
+    let perf = run(
+        env!("CARGO_BIN_EXE_ccl-perf"),
+        &["-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "--plot", &svg_arg],
+    );
     assert!(perf.contains("# Out of bounds values : 0 OK"), "{perf}");
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(text.contains("ccl out_of_place") && text.contains("ccl in_place"), "{text}");
+    let _ = std::fs::remove_file(svg);
 }
 
 #[test]
@@ -44,6 +52,13 @@ fn ccl_sim_reads_every_shipped_topology() {
         seen += 1;
     }
     assert!(seen >= 4, "{seen} topology files");
+    // --plot draws one line per algorithm
+    let svg = std::env::temp_dir().join(format!("ccl-sim-{}.svg", std::process::id()));
+    let topo = dir.join("namespaces-1gbit.toml").to_string_lossy().into_owned();
+    run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo, "-b", "8", "-e", "1M", "--plot", &svg.to_string_lossy()]);
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    assert_eq!(text.matches("stroke-width=\"2\" fill=\"none\"").count(), 6, "{text}");
+    let _ = std::fs::remove_file(svg);
     let bad = Command::new(env!("CARGO_BIN_EXE_ccl-sim")).args(["/no/such.toml"]).output().expect("ccl-sim");
     assert_eq!(bad.status.code(), Some(2));
 }

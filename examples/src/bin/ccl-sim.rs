@@ -49,6 +49,9 @@ struct Args {
     /// Override the file's ranks per host
     #[arg(long)]
     ranks_per_host: Option<usize>,
+    /// Also draw predicted busbw against size, one line per algorithm, as SVG to this file
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -148,13 +151,19 @@ fn run(a: &Args) -> Result<(), String> {
     println!(" {:>10} {:>12}", "pick", "time (us)");
     let (mut size, max) = (bytes(&a.min)?.max(elem), bytes(&a.max)?);
     let started = std::time::Instant::now();
+    let mut lines: Vec<ccl_examples::plot::Series> =
+        algos.iter().map(|al| ccl_examples::plot::Series { name: al.name().into(), points: Vec::new() }).collect();
     while size <= max {
         let count = size / elem;
         let times = predictions(coll, count, elem, a.channels.max(1), chunk, &hosts, &model);
         print!("  {size:>12} {count:>12}");
-        for al in algos {
+        for (al, line) in algos.iter().zip(&mut lines) {
             match times.iter().find(|(x, _)| x == al) {
-                Some((_, secs)) => print!(" {:>10.2}", size as f64 / secs / 1e9 * busbw_factor(coll, n)),
+                Some((_, secs)) => {
+                    let busbw = size as f64 / secs / 1e9 * busbw_factor(coll, n);
+                    line.points.push((size, busbw));
+                    print!(" {busbw:>10.2}")
+                }
                 None => print!(" {:>10}", "skip"),
             }
         }
@@ -168,6 +177,11 @@ fn run(a: &Args) -> Result<(), String> {
         size = size.saturating_mul(a.factor);
     }
     println!("# simulated in {:.2} s", started.elapsed().as_secs_f64());
+    if let Some(path) = &a.plot {
+        let title = format!("ccl-sim: {coll} on {n} ranks, {}", t.name);
+        std::fs::write(path, ccl_examples::plot::svg(&title, &lines))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     Ok(())
 }
 

@@ -57,6 +57,9 @@ struct Args {
     /// Also write the results as JSON to this file (rank 0)
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Also draw busbw against size (out of place and in place) as SVG to this file (rank 0)
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
     /// What to measure: ccl; mpi (the same sweep through MPI under mpirun; needs feature mpi);
     /// socket (raw TCP between ranks 0 and 1, the yardstick for ccl's TCP transport)
     #[arg(long, default_value = "ccl")]
@@ -421,6 +424,21 @@ fn main() -> ccl::Result<()> {
             std::process::exit(2);
         }
     }?;
+    if let (Some(path), 0) = (&a.plot, g.rank()) {
+        let line = |mode: &str| ccl_examples::plot::Series {
+            name: format!("ccl {mode}"),
+            points: rows
+                .iter()
+                .filter_map(|r| Some((r["size"].as_u64()? as usize, r[mode]["busbw"].as_f64()?)))
+                .collect(),
+        };
+        let title = format!("ccl-perf {} on {} ranks ({})", a.coll, g.size(), a.dtype);
+        let svg = ccl_examples::plot::svg(&title, &[line("out_of_place"), line("in_place")]);
+        if let Err(e) = std::fs::write(path, svg) {
+            eprintln!("ccl-perf: {}: {e}", path.display());
+            std::process::exit(1);
+        }
+    }
     if let (Some(path), 0) = (&a.json, g.rank()) {
         let doc = serde_json::json!({ "ranks": g.size(), "results": rows });
         if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default()) {
