@@ -4,7 +4,8 @@
 use super::engine::{CallOp, Engine};
 use super::request::Request;
 use super::typed::Communicator;
-use crate::algo::{self, Coll, Params};
+use crate::algo::schedule::Schedule;
+use crate::algo::{self, Algo, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::fingerprint::Fingerprint;
@@ -15,11 +16,19 @@ use crate::transport::doorbell::Backoff;
 use crate::transport::Registry;
 use crate::{tune, BitOr, Reduce};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Channel ids from here on carry point-to-point traffic, apart from the
 /// collectives' channels.
 pub(crate) const P2P_CHANNEL: u32 = 1 << 16;
+
+/// What determines a schedule on a given group: collective, algorithm,
+/// count, root, channels, piece size, in place.
+type PlanKey = (Coll, Algo, usize, usize, usize, usize, bool);
+
+/// Schedules kept per group before the cache starts over.
+const MAX_PLANS: usize = 256;
 
 pub(crate) struct Inner {
     pub rank: usize,
@@ -28,6 +37,9 @@ pub(crate) struct Inner {
     pub hosts: Hosts,
     pub config: Config,
     pub tuner: tune::Tuner,
+    /// Schedules made so far, by what determines them: a repeated call
+    /// reuses its schedule instead of generating it again.
+    plans: Mutex<HashMap<PlanKey, Arc<Schedule>>>,
     endpoints: Arc<[usize]>,
     registry: Arc<Registry>,
     seq: AtomicU64,
@@ -88,6 +100,7 @@ impl Group {
             hosts,
             config,
             tuner: tune::Tuner::new(crate::sim::Model::DEFAULT, rank == 0),
+            plans: Mutex::new(HashMap::new()),
             endpoints,
             registry,
             seq: AtomicU64::new(0),
@@ -173,7 +186,21 @@ impl Group {
             in_place: call.in_place,
             hosts: &inner.hosts,
         };
-        let sched = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
+        let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
+        let cached = inner.plans.lock().ok().and_then(|p| p.get(&key).cloned());
+        let sched = match cached {
+            Some(s) => s,
+            None => {
+                let s = Arc::new(algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?);
+                if let Ok(mut p) = inner.plans.lock() {
+                    if p.len() >= MAX_PLANS {
+                        p.clear();
+                    }
+                    p.insert(key, Arc::clone(&s));
+                }
+                s
+            }
+        };
         let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);

@@ -24,7 +24,7 @@ type Link = (Option<usize>, Option<usize>);
 
 /// One call in progress on this rank.
 pub struct Exec<T: Reduce, O: ReduceOp<T>> {
-    sched: Schedule,
+    sched: std::sync::Arc<Schedule>,
     layout: Layout,
     input: *const T,
     output: *mut T,
@@ -44,8 +44,8 @@ unsafe impl<T: Reduce, O: ReduceOp<T>> Send for Exec<T, O> {}
 
 /// What one call runs, apart from its buffers.
 pub struct Plan {
-    /// This rank's schedule.
-    pub sched: Schedule,
+    /// This rank's schedule (shared: plans are cached and reused).
+    pub sched: std::sync::Arc<Schedule>,
     /// How input and output map onto memory.
     pub layout: Layout,
     /// Elements per slot.
