@@ -15,8 +15,8 @@ use crate::topo::Hosts;
 use crate::transport::doorbell::Backoff;
 use crate::transport::Registry;
 use crate::{tune, BitOr, Reduce};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Channel ids from here on carry point-to-point traffic, apart from the

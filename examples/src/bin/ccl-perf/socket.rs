@@ -1,8 +1,10 @@
-//! `--backend socket`: raw TCP throughput between ranks 0 and 1 (started
-//! by cclrun like any ccl-perf run), the yardstick for ccl's TCP transport.
-//! Per size, rank 0 writes the bytes on one plain socket and rank 1 reads
-//! them and answers one byte; algbw is size / time. The listener's port
-//! travels through a ccl broadcast; nothing else uses ccl.
+//! `--backend socket`: raw TCP between ranks 0 and 1 (started by cclrun
+//! like any ccl-perf run), the yardstick for ccl's TCP transport. Per size,
+//! both ranks write the bytes on one plain socket and read the other's at
+//! once (a writer thread each), which is what a 2-rank all-reduce of that
+//! size puts on the wire: each rank sends and receives that many bytes.
+//! algbw is size / time, as for the all-reduce. The listener's port travels
+//! through a ccl broadcast; nothing else uses ccl.
 
 use super::table::{self, Mode};
 use super::Args;
@@ -40,16 +42,20 @@ pub fn run(g: &ccl::Group, a: &Args) -> ccl::Result<()> {
     }
     let mut size = a.min.max(1);
     while size <= a.max.max(1) {
+        let out = vec![1u8; size];
         let mut buf = vec![0u8; size];
-        let mut one = [0u8];
         let mut once = |s: &mut TcpStream| -> std::io::Result<()> {
-            if me == 0 {
-                s.write_all(&buf)?;
-                s.read_exact(&mut one)
-            } else {
-                s.read_exact(&mut buf)?;
-                s.write_all(&one)
+            if size <= 64 << 10 {
+                // fits the socket buffers: write, then read, no thread needed
+                s.write_all(&out)?;
+                return s.read_exact(&mut buf);
             }
+            let mut w = s.try_clone()?;
+            std::thread::scope(|sc| {
+                let writer = sc.spawn(|| w.write_all(&out));
+                let r = s.read_exact(&mut buf);
+                writer.join().unwrap_or_else(|_| Err(std::io::Error::other("writer panicked"))).and(r)
+            })
         };
         let mut secs = 0.0;
         if let Some(s) = sock.as_mut() {
