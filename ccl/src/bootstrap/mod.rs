@@ -111,11 +111,11 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     // hosts made with CCL_HOSTID may share one machine's cores
     let sharing = table.iter().filter(|p| p.machine == me.machine).count();
     g.share_cores_with(sharing);
-    if let Some(link) = probe::network(&g)? {
+    if let Some((link, cores)) = probe::network(&g)? {
         if info {
             eprintln!("ccl INFO network between hosts: {link} (CCL_NET_MBPS=0 measures it)");
         }
-        g.inner.tuner.set_model(crate::sim::Model::DEFAULT.with_inter(link));
+        g.inner.tuner.set_model(crate::sim::Model::DEFAULT.with_inter(link).with_cores(cores));
     }
     Ok(g)
 }

@@ -99,7 +99,7 @@ impl Group {
             id,
             hosts,
             config,
-            tuner: tune::Tuner::new(crate::sim::Model::DEFAULT, rank == 0),
+            tuner: tune::Tuner::new(crate::sim::Model::DEFAULT.with_cores(cores), rank == 0),
             plans: Mutex::new(HashMap::new()),
             endpoints,
             registry,

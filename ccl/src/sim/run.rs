@@ -28,6 +28,8 @@ struct Sim<'a> {
     pc: Vec<Vec<(usize, f64)>>,
     /// Per rank: when its progress thread is free.
     cpu: Vec<f64>,
+    /// Per rank: how much slower its work runs for sharing cores.
+    slow: Vec<f64>,
     /// Per rank: its network link (host × nics + local rank % nics).
     nic: Vec<usize>,
     /// Per network link: when it is free, out and in.
@@ -124,7 +126,7 @@ impl Sim<'_> {
             if let Some(from) = Self::source(&step) {
                 self.wire.get_mut(&(from, r, c)).and_then(VecDeque::pop_front);
             }
-            let done = start + self.work(&step);
+            let done = start + self.work(&step) * self.slow[r];
             self.cpu[r] = done;
             let sends = match step {
                 Step::Send { to, src } => Some((to, src.len)),
@@ -192,6 +194,14 @@ pub fn simulate(
         }
     }
     let links = groups.len() * nics;
+    let mut slow = vec![1.0; n];
+    if model.cores > 0 {
+        for g in &groups {
+            for &r in g {
+                slow[r] = (g.len() as f64 / model.cores as f64).max(1.0);
+            }
+        }
+    }
     let mut sim = Sim {
         model,
         hosts,
@@ -199,6 +209,7 @@ pub fn simulate(
         pc: sched.iter().map(|chans| vec![(0, 0.0); chans.len()]).collect(),
         sched,
         cpu: vec![0.0; n],
+        slow,
         nic,
         nic_out: vec![0.0; links],
         nic_in: vec![0.0; links],

@@ -71,6 +71,9 @@ struct RankSpec {
     copy_gb_s: f64,
     reduce_gb_s: f64,
     step_us: f64,
+    /// Cores per host; ranks beyond them share (0 or absent: enough).
+    #[serde(default)]
+    cores: usize,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +128,7 @@ fn run(a: &Args) -> Result<(), String> {
         copy: t.rank.copy_gb_s * 1e9,
         reduce: t.rank.reduce_gb_s * 1e9,
         step: t.rank.step_us * 1e-6,
+        cores: t.rank.cores,
     };
     let hosts = Hosts::blocks(&vec![per; nh]);
     let n = nh * per;
