@@ -3,7 +3,8 @@
 # schedule proofs for 1..64 ranks, proptest, thread-rank collectives,
 # compile-fail, processes through cclrun, the fault suite, examples, doc
 # tests, hosts in network namespaces over SSH, mpirun), the MPI bootstrap
-# (feature `mpi`), then every fuzz target for CCL_FUZZ_SECONDS (default 30;
+# (feature `mpi`), the CUDA kernels compiled by NVRTC (feature `cuda`,
+# NVRTC from PyPI into .cache/cuda), then every fuzz target for CCL_FUZZ_SECONDS (default 30;
 # 0 skips). Installs missing Debian packages first (scripts/deps.sh).
 # Tests that need root (namespaces) or mpirun skip without them, unless
 # CCL_TEST_REQUIRE_ALL=1 (as in CI).
@@ -17,6 +18,10 @@ cargo test --workspace
 # ccl-perf with --backend mpi, then the MPI bootstrap and backend tests
 cargo build -p ccl-examples --features mpi --bin ccl-perf
 cargo test -p ccl-integration --features mpi --test mpi_feature
+# the CUDA kernels through NVRTC for sm_80 and sm_90 (no GPU needed)
+eval "$(scripts/deps.sh cuda)"
+cargo clippy -p ccl-kernels --all-targets --features cuda -q -- -D warnings
+cargo test -p ccl-kernels --features cuda --lib cuda
 secs="${CCL_FUZZ_SECONDS:-30}"
 if [ "$secs" != 0 ]; then
     scripts/fuzz.sh "$secs"

@@ -15,6 +15,8 @@
 
 mod arith;
 mod bitwise;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod half_block;
 
 pub use arith::Arith;

@@ -1,0 +1,121 @@
+//! The CUDA kernels (`cuda/collectives.cu`), compiled at run time with
+//! NVRTC through cudarc (feature `cuda`), for one architecture at a time.
+//!
+//! NVRTC is loaded dynamically: a build with this feature needs no CUDA
+//! install, and a machine without `libnvrtc` gets an error, never a panic
+//! (the library is probed before cudarc touches it). The headers for f16
+//! and bf16 (`cuda_fp16.h`, `cuda_bf16.h`) come from `CCL_CUDA_INCLUDE`,
+//! else `$CUDA_HOME/include`, else `/usr/local/cuda/include`. Compiled PTX
+//! is kept per architecture for the life of the process.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The CUDA C source of every kernel.
+pub const SOURCE: &str = include_str!("../cuda/collectives.cu");
+
+/// Element types with kernels, by their CUDA name.
+pub const TYPES: [&str; 12] = ["i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f32", "f64", "f16", "bf16"];
+
+/// Operators with kernels; the bitwise ones only for integers.
+pub const OPS: [&str; 7] = ["Sum", "Prod", "Min", "Max", "BitAnd", "BitOr", "BitXor"];
+
+/// Every kernel's name (the PTX entry points).
+pub fn kernel_names() -> Vec<String> {
+    let mut v = Vec::new();
+    for t in TYPES {
+        v.push(format!("ccl_copy_{t}"));
+        let int = !t.starts_with('f') && t != "bf16";
+        for op in OPS.iter().filter(|o| int || !o.starts_with("Bit")) {
+            v.push(format!("ccl_reduce_{op}_{t}"));
+            v.push(format!("ccl_recv_reduce_send_{op}_{t}"));
+        }
+    }
+    v
+}
+
+/// Library names tried for NVRTC, newest first.
+const NVRTC: [&str; 4] = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"];
+
+/// Whether NVRTC can be loaded here (`LD_LIBRARY_PATH` and the usual places).
+pub fn nvrtc_available() -> bool {
+    NVRTC.iter().any(|name| {
+        let c = std::ffi::CString::new(*name).unwrap_or_default();
+        // SAFETY: dlopen with a valid C string; the handle is closed again.
+        unsafe {
+            let h = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+            if h.is_null() {
+                false
+            } else {
+                libc::dlclose(h);
+                true
+            }
+        }
+    })
+}
+
+/// Where the CUDA headers are.
+pub fn include_dir() -> Option<String> {
+    let candidates = [
+        std::env::var("CCL_CUDA_INCLUDE").ok(),
+        std::env::var("CUDA_HOME").ok().map(|h| format!("{h}/include")),
+        Some("/usr/local/cuda/include".to_string()),
+    ];
+    candidates.into_iter().flatten().find(|d| std::path::Path::new(d).join("cuda_fp16.h").exists())
+}
+
+static CACHE: Mutex<Option<HashMap<&'static str, String>>> = Mutex::new(None);
+
+/// PTX of every kernel for `arch` (`"sm_80"`, `"sm_90"`, ...).
+pub fn ptx(arch: &'static str) -> Result<String, String> {
+    if let Some(p) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(arch).cloned())) {
+        return Ok(p);
+    }
+    if !nvrtc_available() {
+        return Err("NVRTC (libnvrtc) is not installed or not on LD_LIBRARY_PATH".into());
+    }
+    let include = include_dir()
+        .ok_or("cuda_fp16.h not found: set CCL_CUDA_INCLUDE (or CUDA_HOME) to the CUDA include directory")?;
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        include_paths: vec![include],
+        options: vec!["--std=c++14".into()],
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| format!("NVRTC for {arch}: {e:?}"))?;
+    let text = ptx.to_src();
+    if let Ok(mut c) = CACHE.lock() {
+        c.get_or_insert_with(HashMap::new).insert(arch, text.clone());
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_is_named_in_the_source() {
+        let names = kernel_names();
+        assert_eq!(names.len(), 8 * 15 + 4 * 9);
+        assert!(SOURCE.contains("CCL_INT(i16)") && SOURCE.contains("CCL_ARITH(bf16)"));
+    }
+
+    /// Needs libnvrtc and the CUDA headers (scripts/deps.sh cuda puts them
+    /// in .cache/cuda); skips without them unless CCL_TEST_REQUIRE_ALL=1.
+    #[test]
+    fn kernels_compile_to_ptx_for_sm80_and_sm90() {
+        if !nvrtc_available() || include_dir().is_none() {
+            assert!(std::env::var("CCL_TEST_REQUIRE_ALL").as_deref() != Ok("1"), "NVRTC or CUDA headers missing");
+            eprintln!("SKIPPED: NVRTC or the CUDA headers are missing");
+            return;
+        }
+        for arch in ["sm_80", "sm_90"] {
+            let ptx = ptx(arch).unwrap_or_else(|e| panic!("{e}"));
+            assert!(ptx.contains(&format!(".target {arch}")), "{arch}");
+            for k in kernel_names() {
+                assert!(ptx.contains(&format!(".entry {k}(")), "{arch}: {k} missing");
+            }
+        }
+    }
+}
