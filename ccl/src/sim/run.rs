@@ -64,18 +64,6 @@ impl Sim<'_> {
         self.wire.entry((from, to, ch)).or_default().push_back(arrive);
     }
 
-    /// The peer a step receives from, if any.
-    fn source(step: &Step) -> Option<usize> {
-        match *step {
-            Step::Recv { from, .. }
-            | Step::RecvReduce { from, .. }
-            | Step::RecvReduceSend { from, .. }
-            | Step::RecvReduceCopySend { from, .. }
-            | Step::RecvCopySend { from, .. } => Some(from),
-            _ => None,
-        }
-    }
-
     /// Local work of a step, seconds.
     fn work(&self, step: &Step) -> f64 {
         let m = self.model;
@@ -110,7 +98,7 @@ impl Sim<'_> {
                 continue;
             };
             let mut start = t0.max(self.cpu[r]);
-            if let Some(from) = Self::source(&step) {
+            if let Some(from) = step.recv_peer() {
                 match self.wire.get(&(from, r, c)).and_then(VecDeque::front) {
                     Some(&arrive) => start = start.max(arrive),
                     None => {
@@ -123,18 +111,12 @@ impl Sim<'_> {
                 heap.push((key(start), r, c)); // something ran first; try again in time order
                 continue;
             }
-            if let Some(from) = Self::source(&step) {
+            if let Some(from) = step.recv_peer() {
                 self.wire.get_mut(&(from, r, c)).and_then(VecDeque::pop_front);
             }
             let done = start + self.work(&step) * self.slow[r];
             self.cpu[r] = done;
-            let sends = match step {
-                Step::Send { to, src } => Some((to, src.len)),
-                Step::RecvReduceSend { to, src, .. } => Some((to, src.len)),
-                Step::RecvReduceCopySend { to, dst, .. } | Step::RecvCopySend { to, dst, .. } => Some((to, dst.len)),
-                _ => None,
-            };
-            if let Some((to, len)) = sends {
+            if let Some((to, len)) = step.send_peer().map(|to| (to, step.len())) {
                 self.transfer(r, to, c, len, done);
                 if let Some((wr, wc)) = self.waiting.remove(&(r, to, c)) {
                     let t = self.pc[wr][wc].1.max(self.cpu[wr]);
