@@ -22,6 +22,15 @@ cargo test -p ccl-integration --features mpi --test mpi_feature
 eval "$(scripts/deps.sh cuda)"
 cargo clippy -p ccl-kernels --all-targets --features cuda -q -- -D warnings
 cargo test -p ccl-kernels --features cuda --lib cuda
+# the GPU check's host half: built, and without a driver it says so (exit 2)
+cargo build -q -p ccl-kernels --features cuda --bin ccl-gpu-check
+set +e
+gpu=$(CCL_GPU_CHECK=target/debug/ccl-gpu-check integration/gpu/check.sh 2>&1)
+rc=$?
+set -e
+if [ "$rc" -ne 2 ] || ! grep -q "no CUDA driver" <<<"$gpu"; then
+    if [ "$rc" -ne 0 ]; then echo "GPU check: unexpected exit $rc: $gpu" >&2; exit 1; fi
+fi
 secs="${CCL_FUZZ_SECONDS:-30}"
 if [ "$secs" != 0 ]; then
     scripts/fuzz.sh "$secs"

@@ -39,7 +39,17 @@ const NVRTC: [&str; 4] = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "li
 
 /// Whether NVRTC can be loaded here (`LD_LIBRARY_PATH` and the usual places).
 pub fn nvrtc_available() -> bool {
-    NVRTC.iter().any(|name| {
+    loadable(&NVRTC)
+}
+
+/// Whether the CUDA driver (`libcuda.so.1`) can be loaded here.
+pub fn driver_available() -> bool {
+    loadable(&["libcuda.so.1", "libcuda.so"])
+}
+
+/// Whether any of `names` can be dlopened.
+fn loadable(names: &[&str]) -> bool {
+    names.iter().any(|name| {
         let c = std::ffi::CString::new(*name).unwrap_or_default();
         // SAFETY: dlopen with a valid C string; the handle is closed again.
         unsafe {
