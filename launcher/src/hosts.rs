@@ -55,12 +55,15 @@ fn is_remote(spec: &Spec, h: usize) -> bool {
 
 /// Runs `f` for every remote host at once; results by host index (`None`
 /// for this host).
-fn each_remote<T: Send>(spec: &Spec, f: impl Fn(usize) -> T + Sync) -> Vec<Option<T>> {
+fn each_remote<T: Send>(spec: &Spec, f: impl Fn(usize) -> Result<T, String> + Sync) -> Vec<Option<Result<T, String>>> {
     let f = &f;
     std::thread::scope(|s| {
         let handles: Vec<_> =
             (0..spec.host_names.len()).map(|h| is_remote(spec, h).then(|| s.spawn(move || f(h)))).collect();
-        handles.into_iter().map(|h| h.map(|h| h.join().expect("host thread"))).collect()
+        let joined = |h: std::thread::ScopedJoinHandle<'_, Result<T, String>>| {
+            h.join().unwrap_or_else(|_| Err("internal error: the thread for this host panicked".into()))
+        };
+        handles.into_iter().map(|h| h.map(joined)).collect()
     })
 }
 

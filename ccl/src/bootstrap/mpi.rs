@@ -39,7 +39,8 @@ pub fn launch_env(config: &Config) -> Result<LaunchEnv> {
     if rank == 0 {
         let rv = Rendezvous::bind(std::net::SocketAddr::new(offer_ip(config), 0), size)?;
         let text = rv.id().to_env_string();
-        buf[..text.len()].copy_from_slice(text.as_bytes());
+        let room = buf.get_mut(..text.len()).ok_or_else(|| Error::internal("id longer than its broadcast"))?;
+        room.copy_from_slice(text.as_bytes());
         served = Some(rv);
     }
     world.process_at_rank(0).broadcast_into(&mut buf[..]);
