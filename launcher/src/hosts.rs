@@ -42,7 +42,9 @@ impl Progress {
     }
 }
 
-fn on_terminal(spec: &Spec) -> bool {
+/// Whether to show launch progress: stderr is a terminal and the job is
+/// large enough to wait on (4 or more other hosts, or 64 or more ranks).
+pub fn on_terminal(spec: &Spec) -> bool {
     // SAFETY: isatty has no preconditions.
     let tty = unsafe { libc::isatty(2) } == 1;
     tty && ((0..spec.host_names.len()).filter(|&h| is_remote(spec, h)).count() >= 4 || spec.placement.len() >= 64)

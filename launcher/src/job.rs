@@ -214,6 +214,8 @@ fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>) -> i32 {
     let mut term_at: Option<Instant> = None;
     let mut forwarded: Option<i32> = None;
     let mut timed_out = false;
+    let show = hosts::on_terminal(spec);
+    let mut started = 0;
     let quiet = |ff: &Option<(i32, Instant)>, fw: &Option<i32>, to: bool| ff.is_none() && fw.is_none() && !to;
     // failures seen while deciding which one caused the others
     let mut failed: Vec<(usize, Status)> = Vec::new();
@@ -222,7 +224,14 @@ fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>) -> i32 {
         let mut next = rx.recv_timeout(Duration::from_millis(20)).ok();
         while let Some(u) = next {
             match u {
-                Update::Rank(Event::Started { rank, pid: p }) => pid[rank] = p,
+                Update::Rank(Event::Started { rank, pid: p }) => {
+                    pid[rank] = p;
+                    started += 1;
+                    if show {
+                        let end = if started == np { "\n" } else { "" };
+                        eprint!("\rcclrun: ranks started {started}/{np}{end}");
+                    }
+                }
                 Update::Rank(Event::Output { rank, err, line }) => {
                     write_line(err, spec.tag_output.then(|| format!("[{rank}] ")).as_deref(), &line)
                 }
