@@ -6,10 +6,13 @@
 # (feature `mpi`), the CUDA kernels compiled by NVRTC (feature `cuda`,
 # NVRTC from PyPI into .cache/cuda), then every fuzz target for CCL_FUZZ_SECONDS (default 30;
 # 0 skips). Installs missing Debian packages first (scripts/deps.sh).
-# Tests that need root (namespaces) or mpirun skip without them, unless
-# CCL_TEST_REQUIRE_ALL=1 (as in CI).
+# Tests that need root (namespaces) or mpirun skip without them; run as
+# root (as CI does) they are required (CCL_TEST_REQUIRE_ALL=1, unless set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" -eq 0 ]; then
+    export CCL_TEST_REQUIRE_ALL="${CCL_TEST_REQUIRE_ALL:-1}"
+fi
 scripts/deps.sh test
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -q -- -D warnings
