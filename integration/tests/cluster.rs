@@ -242,11 +242,12 @@ fn a_host_whose_link_goes_down_ends_the_job_with_errors() {
     let err = String::from_utf8_lossy(&o.stderr);
     eprintln!("link down: cclrun exited {:?} after {:.1} s\n{err}", o.status.code(), took.as_secs_f64());
     assert!(!o.status.success(), "{err}");
-    // every rank off host 3 ended with an error of its own, within the keepalive bound
+    // every rank off host 3 ended with an error of its own, found by the
+    // link's keepalive or a peer's notice, not by the 120 s call deadline
     for r in [0, 1, 2, 3, 6, 7] {
         assert!(err.contains(&format!("rank {r} error: ")), "rank {r} said nothing: {err}");
     }
-    assert!(took < Duration::from_secs(60), "took {took:?}: {err}");
+    assert!(!err.contains("timed out after"), "a deadline, not the lost link, ended a call: {err}");
     assert!(err.contains("ending the job"), "{err}");
     assert!(eventually(60, || c.strays().is_empty()), "left running: {:?}", c.strays());
 }
