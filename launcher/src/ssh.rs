@@ -86,7 +86,8 @@ pub fn connect(name: &str, o: &SshOpts) -> Result<Conn, String> {
         .ok_or(last)?;
     let local_ip = tcp.local_addr().map_err(|e| e.to_string())?.ip();
     let fd = tcp.as_raw_fd();
-    keepalive(fd);
+    // a dead link to the host ends the job instead of a silent wait
+    ccl::transport::tcp::keepalive(&tcp).map_err(|e| format!("keepalive: {e}"))?;
     let mut sess = Session::new().map_err(|e| e.to_string())?;
     sess.set_tcp_stream(tcp);
     sess.set_timeout(o.timeout.as_millis().min(u32::MAX as u128) as u32);
@@ -94,26 +95,6 @@ pub fn connect(name: &str, o: &SshOpts) -> Result<Conn, String> {
     check_host_key(&sess, host, o)?;
     authenticate(&sess, user, o)?;
     Ok(Conn { sess, fd, local_ip })
-}
-
-/// TCP keepalive on the session's socket, so a dead link ends the job.
-fn keepalive(fd: RawFd) {
-    let set = |level, opt, v: libc::c_int| {
-        // SAFETY: setsockopt on a socket we own, with a c_int value.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                level,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-    };
-    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 10);
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 2);
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3);
 }
 
 fn check_host_key(sess: &Session, host: &str, o: &SshOpts) -> Result<(), String> {

@@ -94,12 +94,10 @@ pub fn shell_line(c: &[String]) -> String {
 /// The address other hosts reach this one by: the source address of the
 /// route toward `host` (found without sending anything), else loopback.
 pub fn address_toward(host: Option<&str>) -> std::net::IpAddr {
-    use std::net::{ToSocketAddrs, UdpSocket};
+    use std::net::ToSocketAddrs;
     let probe = |h: &str| -> Option<std::net::IpAddr> {
         let to = (cclrun::ssh::host_part(h), 9).to_socket_addrs().ok()?.find(|a| a.is_ipv4())?;
-        let u = UdpSocket::bind(("0.0.0.0", 0)).ok()?;
-        u.connect(to).ok()?;
-        Some(u.local_addr().ok()?.ip())
+        ccl::transport::tcp::route_source(to).ok()
     };
     host.and_then(probe).unwrap_or([127, 0, 0, 1].into())
 }

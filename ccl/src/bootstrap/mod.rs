@@ -133,10 +133,8 @@ fn tcp_ip(config: &Config, id: &UniqueId) -> Result<std::net::IpAddr> {
             })
         });
     }
-    let unspecified: std::net::SocketAddr =
-        if id.addr.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
-    let probe = std::net::UdpSocket::bind(unspecified).and_then(|u| u.connect(id.addr).and_then(|()| u.local_addr()));
-    probe.map(|a| a.ip()).map_err(|e| Error::transport(format!("no route to the rendezvous at {}: {e}", id.addr)))
+    crate::transport::tcp::route_source(id.addr)
+        .map_err(|e| Error::transport(format!("no route to the rendezvous at {}: {e}", id.addr)))
 }
 
 #[cfg(test)]

@@ -20,12 +20,8 @@ fn offer_ip(config: &Config) -> std::net::IpAddr {
     if let Some(ip) = crate::transport::tcp::interface_ipv4(&config.socket_ifname) {
         return ip.into();
     }
-    let probe = || -> Option<std::net::IpAddr> {
-        let u = std::net::UdpSocket::bind(("0.0.0.0", 0)).ok()?;
-        u.connect(("192.0.2.1", 9)).ok()?; // TEST-NET-1: only the route is looked up
-        Some(u.local_addr().ok()?.ip())
-    };
-    probe().unwrap_or([127, 0, 0, 1].into())
+    // TEST-NET-1: only the route is looked up
+    crate::transport::tcp::route_source(([192, 0, 2, 1], 9).into()).unwrap_or([127, 0, 0, 1].into())
 }
 
 /// This process's place in the world, from MPI; rank 0 starts serving the

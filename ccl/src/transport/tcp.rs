@@ -99,9 +99,20 @@ const HELLO_WITHIN: Duration = Duration::from_secs(5);
 /// unanswered probes before the kernel declares the link dead (~16 s).
 const KEEPALIVE: (i32, i32, i32) = (10, 2, 3);
 
+/// The local address this host uses to reach `to`: found by connecting a
+/// UDP socket, which only looks up the route and sends nothing.
+pub fn route_source(to: std::net::SocketAddr) -> std::io::Result<std::net::IpAddr> {
+    let unspecified: std::net::SocketAddr =
+        if to.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
+    let u = std::net::UdpSocket::bind(unspecified)?;
+    u.connect(to)?;
+    Ok(u.local_addr()?.ip())
+}
+
 /// Turns on TCP keepalive with [`KEEPALIVE`], so that a peer host whose
-/// link goes down turns into a socket error instead of a silent wait.
-fn keepalive(s: &TcpStream) -> std::io::Result<()> {
+/// link goes down turns into a socket error instead of a silent wait
+/// (also used by cclrun for its SSH sessions).
+pub fn keepalive(s: &TcpStream) -> std::io::Result<()> {
     let fd = s.as_raw_fd();
     let set = |level: i32, opt: i32, v: i32| -> std::io::Result<()> {
         // SAFETY: `fd` is an open socket owned by `s`; the option value is a

@@ -83,11 +83,6 @@ impl Tuner {
         self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// The measured rules it consults first.
-    pub fn rules(&self) -> Rules {
-        self.rules.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
     /// Consults `rules` before the model from now on.
     pub fn set_rules(&self, rules: Rules) {
         *self.rules.lock().unwrap_or_else(|p| p.into_inner()) = rules;

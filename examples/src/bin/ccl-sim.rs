@@ -13,6 +13,7 @@ use ccl::algo::Coll;
 use ccl::sim::{Link, Model};
 use ccl::topo::Hosts;
 use ccl::tune::predictions;
+use ccl_examples::{busbw_factor, parse_bytes};
 use clap::Parser;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -90,26 +91,6 @@ fn link(l: &LinkSpec) -> Link {
     Link { latency: l.latency_us * 1e-6, bandwidth: l.bandwidth_gb_s * 1e9 }
 }
 
-fn bytes(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1usize << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(|| format!("{s:?} is not a size"))
-}
-
-fn busbw_factor(coll: Coll, n: usize) -> f64 {
-    let n = n as f64;
-    match coll {
-        Coll::AllReduce => 2.0 * (n - 1.0) / n,
-        Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => (n - 1.0) / n,
-        _ => 1.0,
-    }
-}
-
 fn run(a: &Args) -> Result<(), String> {
     let text = std::fs::read_to_string(&a.topology).map_err(|e| format!("{}: {e}", a.topology.display()))?;
     let t: Topology = toml::from_str(&text).map_err(|e| format!("{}: {e}", a.topology.display()))?;
@@ -133,7 +114,7 @@ fn run(a: &Args) -> Result<(), String> {
     let hosts = Hosts::blocks(&vec![per; nh]);
     let n = nh * per;
     let elem = a.elem.max(1);
-    let chunk = (bytes(&a.chunk)? / elem).max(1);
+    let chunk = (parse_bytes(&a.chunk)? / elem).max(1);
     let algos = coll.algos();
     println!("# ccl-sim: {coll} on {n} ranks ({nh} hosts x {per}), {elem}-byte elements, {}", t.name);
     println!(
@@ -153,7 +134,7 @@ fn run(a: &Args) -> Result<(), String> {
         print!(" {:>10}", al.name());
     }
     println!(" {:>10} {:>12}", "pick", "time (us)");
-    let (mut size, max) = (bytes(&a.min)?.max(elem), bytes(&a.max)?);
+    let (mut size, max) = (parse_bytes(&a.min)?.max(elem), parse_bytes(&a.max)?);
     let started = std::time::Instant::now();
     let mut lines: Vec<ccl_examples::plot::Series> =
         algos.iter().map(|al| ccl_examples::plot::Series { name: al.name().into(), points: Vec::new() }).collect();
@@ -164,7 +145,7 @@ fn run(a: &Args) -> Result<(), String> {
         for (al, line) in algos.iter().zip(&mut lines) {
             match times.iter().find(|(x, _)| x == al) {
                 Some((_, secs)) => {
-                    let busbw = size as f64 / secs / 1e9 * busbw_factor(coll, n);
+                    let busbw = size as f64 / secs / 1e9 * busbw_factor(coll.name(), n);
                     line.points.push((size, busbw));
                     print!(" {busbw:>10.2}")
                 }

@@ -67,14 +67,7 @@ struct Args {
 }
 
 fn bytes(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (n, m) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&s[..s.len() - 1], 1usize << 10),
-        Some('M') => (&s[..s.len() - 1], 1 << 20),
-        Some('G') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    n.parse::<usize>().map(|v| v * m).map_err(|_| format!("{s:?} is not a size"))
+    ccl_examples::parse_bytes(s)
 }
 
 /// Element types the benchmark can fill with exactly reducible values.
@@ -131,12 +124,7 @@ impl Coll {
         ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"][self as usize]
     }
     fn busbw_factor(self, n: usize) -> f64 {
-        let n = n as f64;
-        match self {
-            Coll::AllReduce => 2.0 * (n - 1.0) / n,
-            Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => (n - 1.0) / n,
-            Coll::Broadcast | Coll::Reduce => 1.0,
-        }
+        ccl_examples::busbw_factor(self.name(), n)
     }
     fn reduces(self) -> bool {
         matches!(self, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce)
