@@ -41,6 +41,26 @@ template <> struct Prod<bf16> { __device__ static bf16 f(bf16 a, bf16 b) { retur
 template <> struct Min<bf16> { __device__ static bf16 f(bf16 a, bf16 b) { return __hlt(b, a) ? b : a; } };
 template <> struct Max<bf16> { __device__ static bf16 f(bf16 a, bf16 b) { return __hlt(a, b) ? b : a; } };
 
+// Avg's finishing pass: the sum divided by the rank count (integers truncate
+// in 64 bits, so no rank count wraps; half types divide in float and round
+// once, like the CPU kernels)
+template <typename T> struct Div { __device__ static T f(T a, u64 n) { return (T)((i64)a / (i64)n); } };
+#define CCL_UDIV(T) \
+    template <> struct Div<T> { __device__ static T f(T a, u64 n) { return (T)((u64)a / n); } };
+CCL_UDIV(u8) CCL_UDIV(u16) CCL_UDIV(u32) CCL_UDIV(u64)
+template <> struct Div<f32> { __device__ static f32 f(f32 a, u64 n) { return a / (f32)n; } };
+template <> struct Div<f64> { __device__ static f64 f(f64 a, u64 n) { return a / (f64)n; } };
+template <> struct Div<f16> { __device__ static f16 f(f16 a, u64 n) { return __float2half(__half2float(a) / (float)n); } };
+template <> struct Div<bf16> {
+    __device__ static bf16 f(bf16 a, u64 n) { return __float2bfloat16(__bfloat162float(a) / (float)n); }
+};
+
+template <typename T>
+__device__ void div_by(T* buf, u64 ranks, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        buf[i] = Div<T>::f(buf[i], ranks);
+}
+
 template <typename T>
 __device__ void copy(T* dst, const T* src, u64 n) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) dst[i] = src[i];
@@ -71,8 +91,14 @@ __device__ void recv_reduce_send(T* out, T* next, const T* slot, const T* local,
                                                               u64 n) {                                        \
         recv_reduce_send<T, OP<T> >(out, next, slot, local, n);                                              \
     }
-#define CCL_ARITH(T) CCL_COPY(T) CCL_OP(Sum, T) CCL_OP(Prod, T) CCL_OP(Min, T) CCL_OP(Max, T)
+#define CCL_DIV(T) \
+    extern "C" __global__ void ccl_div_##T(T* buf, u64 ranks, u64 n) { div_by<T>(buf, ranks, n); }
+// what a derived struct gets (its field-wise Sum, Prod, Min and Max are specialised before)
+#define CCL_STRUCT(T) CCL_COPY(T) CCL_OP(Sum, T) CCL_OP(Prod, T) CCL_OP(Min, T) CCL_OP(Max, T)
+#define CCL_ARITH(T) CCL_STRUCT(T) CCL_DIV(T)
 #define CCL_INT(T) CCL_ARITH(T) CCL_OP(BitAnd, T) CCL_OP(BitOr, T) CCL_OP(BitXor, T)
+
+// ---- the primitive types (a derived type's source ends here and adds its own)
 
 CCL_INT(i8)
 CCL_INT(u8)

@@ -15,7 +15,6 @@
 
 mod arith;
 mod bitwise;
-#[cfg(feature = "cuda")]
 pub mod cuda;
 mod half_block;
 

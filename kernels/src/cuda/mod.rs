@@ -6,13 +6,20 @@
 //! (the library is probed before cudarc touches it). The headers for f16
 //! and bf16 (`cuda_fp16.h`, `cuda_bf16.h`) come from `CCL_CUDA_INCLUDE`,
 //! else `$CUDA_HOME/include`, else `/usr/local/cuda/include`. Compiled PTX
-//! is kept per architecture for the life of the process.
+//! is kept per architecture and source for the life of the process.
+//!
+//! The sources, kernel names and the code generation for derived structs
+//! ([`codegen`]) need no feature; compiling them does (feature `cuda`).
 
+pub mod codegen;
+
+#[cfg(feature = "cuda")]
 use std::collections::HashMap;
+#[cfg(feature = "cuda")]
 use std::sync::Mutex;
 
 /// The CUDA C source of every kernel.
-pub const SOURCE: &str = include_str!("../cuda/collectives.cu");
+pub const SOURCE: &str = include_str!("../../cuda/collectives.cu");
 
 /// Element types with kernels, by their CUDA name.
 pub const TYPES: [&str; 12] = ["i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f32", "f64", "f16", "bf16"];
@@ -20,11 +27,16 @@ pub const TYPES: [&str; 12] = ["i8", "u8", "i16", "u16", "i32", "u32", "i64", "u
 /// Operators with kernels; the bitwise ones only for integers.
 pub const OPS: [&str; 7] = ["Sum", "Prod", "Min", "Max", "BitAnd", "BitOr", "BitXor"];
 
+/// Marks where the primitive types' kernels start: a derived type's source
+/// is everything before it, then its own definitions.
+pub const PRIMITIVES_MARK: &str = "// ---- the primitive types";
+
 /// Every kernel's name (the PTX entry points).
 pub fn kernel_names() -> Vec<String> {
     let mut v = Vec::new();
     for t in TYPES {
         v.push(format!("ccl_copy_{t}"));
+        v.push(format!("ccl_div_{t}"));
         let int = !t.starts_with('f') && t != "bf16";
         for op in OPS.iter().filter(|o| int || !o.starts_with("Bit")) {
             v.push(format!("ccl_reduce_{op}_{t}"));
@@ -34,19 +46,23 @@ pub fn kernel_names() -> Vec<String> {
     v
 }
 
+#[cfg(feature = "cuda")]
 /// Library names tried for NVRTC, newest first.
 const NVRTC: [&str; 4] = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"];
 
+#[cfg(feature = "cuda")]
 /// Whether NVRTC can be loaded here (`LD_LIBRARY_PATH` and the usual places).
 pub fn nvrtc_available() -> bool {
     loadable(&NVRTC)
 }
 
+#[cfg(feature = "cuda")]
 /// Whether the CUDA driver (`libcuda.so.1`) can be loaded here.
 pub fn driver_available() -> bool {
     loadable(&["libcuda.so.1", "libcuda.so"])
 }
 
+#[cfg(feature = "cuda")]
 /// Whether any of `names` can be dlopened.
 fn loadable(names: &[&str]) -> bool {
     names.iter().any(|name| {
@@ -64,6 +80,7 @@ fn loadable(names: &[&str]) -> bool {
     })
 }
 
+#[cfg(feature = "cuda")]
 /// Where the CUDA headers are.
 pub fn include_dir() -> Option<String> {
     let candidates = [
@@ -74,11 +91,21 @@ pub fn include_dir() -> Option<String> {
     candidates.into_iter().flatten().find(|d| std::path::Path::new(d).join("cuda_fp16.h").exists())
 }
 
-static CACHE: Mutex<Option<HashMap<&'static str, String>>> = Mutex::new(None);
+#[cfg(feature = "cuda")]
+static CACHE: Mutex<Option<HashMap<(&'static str, String), String>>> = Mutex::new(None);
 
-/// PTX of every kernel for `arch` (`"sm_80"`, `"sm_90"`, ...).
+/// PTX of every primitive type's kernels for `arch` (`"sm_80"`, `"sm_90"`, ...).
+#[cfg(feature = "cuda")]
 pub fn ptx(arch: &'static str) -> Result<String, String> {
-    if let Some(p) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(arch).cloned())) {
+    compile(SOURCE, arch)
+}
+
+/// PTX of `source` (this file's [`SOURCE`] or a derived type's from
+/// [`codegen::source`]) for `arch`.
+#[cfg(feature = "cuda")]
+pub fn compile(source: &str, arch: &'static str) -> Result<String, String> {
+    let key = (arch, source.to_string());
+    if let Some(p) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&key).cloned())) {
         return Ok(p);
     }
     if !nvrtc_available() {
@@ -92,10 +119,10 @@ pub fn ptx(arch: &'static str) -> Result<String, String> {
         options: vec!["--std=c++14".into()],
         ..Default::default()
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| format!("NVRTC for {arch}: {e:?}"))?;
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| format!("NVRTC for {arch}: {e:?}"))?;
     let text = ptx.to_src();
     if let Ok(mut c) = CACHE.lock() {
-        c.get_or_insert_with(HashMap::new).insert(arch, text.clone());
+        c.get_or_insert_with(HashMap::new).insert(key, text.clone());
     }
     Ok(text)
 }
@@ -107,10 +134,11 @@ mod tests {
     #[test]
     fn every_kernel_is_named_in_the_source() {
         let names = kernel_names();
-        assert_eq!(names.len(), 8 * 15 + 4 * 9);
+        assert_eq!(names.len(), 8 * 16 + 4 * 10);
         assert!(SOURCE.contains("CCL_INT(i16)") && SOURCE.contains("CCL_ARITH(bf16)"));
     }
 
+    #[cfg(feature = "cuda")]
     /// Needs libnvrtc and the CUDA headers (scripts/deps.sh cuda puts them
     /// in .cache/cuda); skips without them unless CCL_TEST_REQUIRE_ALL=1.
     #[test]
