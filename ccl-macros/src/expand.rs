@@ -67,12 +67,35 @@ pub fn derive(input: &syn::DeriveInput) -> syn::Result<TokenStream> {
             };
         }
     });
+    // CUDA C of the struct: each field's offset, size, CUDA type and pinned operator
+    let cuda_fields = fields.iter().map(|(member, ty, pinned)| {
+        let op = match pinned {
+            Some(op) => quote!(::core::option::Option::Some(::core::stringify!(#op))),
+            None => quote!(::core::option::Option::None),
+        };
+        quote! {
+            ::ccl::gpu::codegen::Field {
+                offset: ::core::mem::offset_of!(Self, #member),
+                size: ::core::mem::size_of::<#ty>(),
+                ty: <#ty as ::ccl::Reduce>::cuda_type(defs)?,
+                op: #op,
+            }
+        }
+    });
     let reduce_impl = quote! {
         #(#assertions)*
         // SAFETY: every field is `Reduce` (the bounds below), so the struct is
         // plain data whose non-padding bytes are valid for any bit pattern.
         unsafe impl #impl_g ::ccl::Reduce for #name #ty_g where #(#preds,)* #(#field_bounds,)* {
             const NAME: &'static str = ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#name));
+            fn cuda_type(defs: &mut ::std::string::String) -> ::core::option::Option<::std::string::String> {
+                let fields = [#(#cuda_fields,)*];
+                let rust_name = ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#name));
+                let name = ::ccl::gpu::codegen::struct_name(rust_name, &fields);
+                let (size, align) = (::core::mem::size_of::<Self>(), ::core::mem::align_of::<Self>());
+                ::ccl::gpu::codegen::define_struct(defs, &name, size, align, &fields);
+                ::core::option::Option::Some(name)
+            }
         }
     };
 

@@ -162,6 +162,10 @@ pub enum ErrorKind {
     /// The communicator failed earlier and refuses further calls.
     #[error("communicator is unusable after an earlier error: {0}")]
     Broken(String),
+    /// The GPU path: no driver or device, a CUDA call that failed, or a
+    /// device buffer that does not fit the call.
+    #[error("GPU: {0}")]
+    Device(String),
     /// Something the library does not support (yet).
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -171,6 +175,11 @@ pub enum ErrorKind {
 }
 
 impl Error {
+    /// A [`ErrorKind::Device`] error.
+    pub(crate) fn device(msg: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Device(msg.into()))
+    }
+
     /// An error of `kind` with no context yet.
     pub fn new(kind: ErrorKind) -> Self {
         Error(Box::new(Repr { ctx: Context::default(), kind }))

@@ -42,6 +42,7 @@ pub mod comm;
 pub mod config;
 mod error;
 pub mod exec;
+pub mod gpu;
 mod op;
 mod reduce;
 pub mod sim;
@@ -52,7 +53,7 @@ pub mod tune;
 
 pub use bootstrap::init;
 pub use ccl_macros::Reduce;
-pub use comm::{Communicator, Group, Request};
+pub use comm::{Buffer, BufferMut, Communicator, Group, Request};
 pub use config::Config;
 pub use error::{Context, Error, ErrorKind, Result};
 pub use op::{Avg, BitAnd, BitOr, BitXor, Max, Min, Op, Prod, ReduceOp, Sum};

@@ -36,6 +36,9 @@ use std::fmt::Debug;
 pub trait Op: Copy + Default + Debug + Send + Sync + 'static {
     /// Name shown in messages and benchmark tables (`"sum"`).
     const NAME: &'static str;
+    /// The operator's name in ccl's CUDA kernels (`"Sum"`), if it has
+    /// kernels; a user operator has none and cannot run on device buffers.
+    const CUDA: Option<&'static str> = None;
 }
 
 /// `Self` reduces elements of `T`.
@@ -84,6 +87,7 @@ macro_rules! def_op {
         pub struct $name;
         impl Op for $name {
             const NAME: &'static str = $s;
+            const CUDA: Option<&'static str> = Some(stringify!($name));
         }
     )*};
 }

@@ -34,6 +34,14 @@ pub unsafe trait Reduce: Copy + Send + Sync + 'static {
     /// messages and to tell element types apart across ranks.
     const NAME: &'static str;
 
+    /// The type's name in CUDA C, appending to `defs` any definitions it
+    /// needs (a derived struct's layout and field-wise operators; see
+    /// [`gpu::codegen`](crate::gpu::codegen)); `None` if it has no GPU kernels.
+    /// The derive and the primitive types provide it.
+    fn cuda_type(_defs: &mut String) -> Option<String> {
+        None
+    }
+
     /// The all-zero value.
     fn zeroed() -> Self {
         // SAFETY: the trait's contract says every bit pattern, all zeroes
@@ -43,15 +51,23 @@ pub unsafe trait Reduce: Copy + Send + Sync + 'static {
 }
 
 macro_rules! primitive_reduce {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $cuda:literal),*) => {$(
         // SAFETY: a primitive number: plain data, every bit pattern valid.
         unsafe impl Reduce for $t {
             const NAME: &'static str = stringify!($t);
+            fn cuda_type(_defs: &mut String) -> Option<String> {
+                Some($cuda.into())
+            }
         }
     )*};
 }
 
-primitive_reduce!(i8, i16, i32, i64, u8, u16, u32, u64, isize, usize, f32, f64, f16, bf16);
+primitive_reduce!(i8 => "i8", i16 => "i16", i32 => "i32", i64 => "i64", u8 => "u8", u16 => "u16", u32 => "u32",
+    u64 => "u64", f32 => "f32", f64 => "f64", f16 => "f16", bf16 => "bf16");
+#[cfg(target_pointer_width = "64")]
+primitive_reduce!(isize => "i64", usize => "u64");
+#[cfg(not(target_pointer_width = "64"))]
+primitive_reduce!(isize => "i32", usize => "u32");
 
 #[cfg(test)]
 mod tests {

@@ -54,7 +54,7 @@ pub(crate) trait Pending: Send {
     fn waiting(&self) -> String;
     fn blocked_on(&self) -> Vec<usize>;
     /// Runs once when done: the finishing pass, then handing buffers back.
-    fn complete(&mut self);
+    fn complete(&mut self) -> Result<()>;
 }
 
 /// A collective or point-to-point call: an executor plus what to do at the end.
@@ -81,13 +81,15 @@ impl<T: Reduce, O: ReduceOp<T>> Pending for CallOp<T, O> {
     fn blocked_on(&self) -> Vec<usize> {
         self.exec.blocked_on()
     }
-    fn complete(&mut self) {
-        if let Some(n) = self.finish_ranks {
-            self.exec.finish(n);
-        }
+    fn complete(&mut self) -> Result<()> {
+        let r = match self.finish_ranks {
+            Some(n) => self.exec.finish(n),
+            None => Ok(()),
+        };
         if let Some(f) = self.on_done.take() {
             f();
         }
+        r
     }
 }
 
@@ -214,8 +216,8 @@ impl Engine {
                 }
                 if self.queue[i].op.done() {
                     let mut e = self.queue.remove(i);
-                    e.op.complete();
-                    self.store(e.id, Ok(()));
+                    let r = e.op.complete().map_err(|err| err.in_call(e.name, e.seq).at_rank(self.rank));
+                    self.store(e.id, r);
                     moved = true;
                     continue;
                 }

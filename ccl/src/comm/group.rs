@@ -1,6 +1,7 @@
 //! [`Group`]: a communicator without an element type — who is in it, its
 //! connections and queue — and the untyped calls (barrier, split).
 
+use super::buffer::Place;
 use super::engine::{CallOp, Engine};
 use super::request::Request;
 use super::typed::Communicator;
@@ -9,7 +10,8 @@ use crate::algo::{self, Algo, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::fingerprint::Fingerprint;
-use crate::exec::{Conns, Exec, Plan};
+use crate::exec::{Conns, DevCall, Exec, Plan};
+use crate::gpu::{Kernels, Stream};
 use crate::op::ReduceOp;
 use crate::topo::Hosts;
 use crate::transport::doorbell::Backoff;
@@ -44,6 +46,8 @@ pub(crate) struct Inner {
     registry: Arc<Registry>,
     seq: AtomicU64,
     p2p_seq: AtomicU64,
+    /// The GPU (context) of the first device call; later ones must match.
+    gpu: Mutex<Option<(u64, String)>>,
     splits: AtomicU64,
     aborted: Arc<AtomicBool>,
     engine: Mutex<Engine>,
@@ -69,6 +73,8 @@ pub(crate) struct Call<T> {
     pub in_place: bool,
     /// Overrides the configured deadline.
     pub timeout: Option<std::time::Duration>,
+    /// The stream of a call on device buffers (whose pointers are then device addresses).
+    pub device: Option<Stream>,
 }
 
 impl Group {
@@ -105,6 +111,7 @@ impl Group {
             registry,
             seq: AtomicU64::new(0),
             p2p_seq: AtomicU64::new(0),
+            gpu: Mutex::new(None),
             splits: AtomicU64::new(0),
             aborted,
             engine,
@@ -205,8 +212,14 @@ impl Group {
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_name = call.coll.reduces().then_some(O::NAME);
-        let fp = Fingerprint::new(call.coll, std::mem::size_of::<T>(), T::NAME, op_name, call.count, call.root, seq);
-        let plan = Plan { sched, layout, slot_elems: choice.slot_elems, channel_base: base, fp };
+        let device = match call.device {
+            Some(s) => Some(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }),
+            None => None,
+        };
+        // a device call must not meet a host call: their types differ in the fingerprint
+        let type_name = if device.is_some() { format!("{}@gpu", T::NAME) } else { T::NAME.to_string() };
+        let fp = Fingerprint::new(call.coll, std::mem::size_of::<T>(), &type_name, op_name, call.count, call.root, seq);
+        let plan = Plan { sched, layout, slot_elems: choice.slot_elems, channel_base: base, fp, device };
         self.with_engine(|eng| {
             eng.check_usable()?;
             // SAFETY: forwarded from this function's contract.
@@ -231,7 +244,74 @@ impl Group {
 
     fn barrier_call(timeout: Option<std::time::Duration>) -> Call<u8> {
         let p = std::ptr::NonNull::<u8>::dangling().as_ptr();
-        Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false, timeout }
+        Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false, timeout, device: None }
+    }
+
+    /// The addresses of a call's buffers and, for device buffers, the
+    /// stream it is ordered on; errors for host and device memory mixed,
+    /// memory of another GPU or context than the stream's, or a GPU other
+    /// than this communicator's first device call used.
+    pub(crate) fn resolve(
+        &self,
+        input: Option<Place>,
+        output: Option<Place>,
+    ) -> Result<(usize, usize, Option<Stream>)> {
+        let dangling = std::ptr::NonNull::<u64>::dangling().as_ptr() as usize;
+        let kind = |p: &Option<Place>| match p {
+            Some(Place::Host(_)) => "host memory",
+            Some(Place::Device { .. }) => "device memory",
+            None => "absent",
+        };
+        let (ki, ko) = (kind(&input), kind(&output));
+        if ki != ko && ki != "absent" && ko != "absent" {
+            return Err(Error::invalid(format!(
+                "the input buffer is {ki} but the output buffer is {ko}: pass both on the GPU or both on the host"
+            )));
+        }
+        let mut stream: Option<Stream> = None;
+        let mut addr = |p: Option<Place>| -> Result<usize> {
+            match p {
+                None => Ok(dangling),
+                Some(Place::Host(ptr)) => Ok(ptr as usize),
+                Some(Place::Device { ptr, stream: s, check }) => {
+                    check?;
+                    if let Some(first) = &stream {
+                        if first.dev().context() != s.dev().context() {
+                            return Err(Error::device(format!(
+                                "the input buffer is on {} but the output buffer is on {}",
+                                s.dev().describe(),
+                                first.dev().describe()
+                            )));
+                        }
+                    } else {
+                        stream = Some(s);
+                    }
+                    Ok(ptr as usize)
+                }
+            }
+        };
+        // the output's stream orders the call: resolve it first
+        let o = addr(output)?;
+        let i = addr(input)?;
+        if let Some(s) = &stream {
+            let dev = s.dev();
+            let ctx = dev.stream_context(s.raw())?;
+            if ctx != dev.context() {
+                return Err(Error::device(format!("the stream belongs to another context than {}", dev.describe())));
+            }
+            let mut bound = self.inner.gpu.lock().map_err(|_| Error::internal("gpu lock poisoned"))?;
+            match &*bound {
+                Some((c, name)) if *c != ctx => {
+                    return Err(Error::device(format!(
+                        "this communicator runs on {name}; a buffer on {} cannot join it (one GPU per rank and communicator)",
+                        dev.describe()
+                    )))
+                }
+                Some(_) => {}
+                None => *bound = Some((ctx, dev.describe())),
+            }
+        }
+        Ok((i, o, stream))
     }
 
     /// Ends every pending and future call of this group, on this rank, with

@@ -1,11 +1,15 @@
 //! The communicator API: [`Group`] (untyped), [`Communicator<T>`] (typed),
 //! [`Request`] (non-blocking calls).
 
+mod buffer;
 mod engine;
 mod group;
 mod request;
 mod typed;
 
+#[doc(hidden)]
+pub use buffer::Place;
+pub use buffer::{Buffer, BufferMut};
 pub use engine::install_dump_on_sigusr1;
 pub use group::Group;
 pub use request::Request;

@@ -7,6 +7,7 @@
 //! sends `count` elements to each rank. Every rank must make the same calls
 //! in the same order with matching counts, types, operators and roots.
 
+use super::buffer::{Buffer, BufferMut, Place};
 use super::group::{Call, Group};
 use super::request::Request;
 use crate::algo::Coll;
@@ -73,19 +74,38 @@ impl<T: Reduce> Communicator<T> {
         self.group.size()
     }
 
-    /// Numbers the call, checks it, runs it; errors carry rank, call and number.
+    /// Numbers the call, checks it, runs it; errors carry rank, call and
+    /// number. `input`/`output` are the buffers (`None`: absent or ignored
+    /// on this rank); in place, `input` is `None` and `output` is the buffer.
+    #[allow(clippy::too_many_arguments)]
     fn blocking<O: ReduceOp<T>>(
         &self,
         coll: Coll,
         check: impl FnOnce() -> Result<()>,
-        call: impl FnOnce() -> Call<T>,
+        count: usize,
+        root: usize,
+        input: Option<Place>,
+        output: Option<Place>,
+        in_place: bool,
     ) -> Result<()> {
         let seq = self.group.next_seq(coll);
         let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
         check().map_err(ctx)?;
-        // SAFETY: every caller builds `call` from slices it borrows for the
-        // whole of this blocking call.
-        unsafe { self.group.run_numbered::<T, O>(call(), seq) }.map_err(ctx)
+        let (i, o, device) = self.group.resolve(input, output).map_err(ctx)?;
+        let call = Call {
+            coll,
+            count,
+            root,
+            input: i as *const T,
+            output: o as *mut T,
+            in_place,
+            timeout: self.timeout,
+            device,
+        };
+        // SAFETY: every caller passes places of buffers it borrows for the
+        // whole of this blocking call (host slices, or device buffers whose
+        // memory `resolve` checked).
+        unsafe { self.group.run_numbered::<T, O>(call, seq) }.map_err(ctx)
     }
 
     /// Starts a non-blocking call on buffers it owns; `keep` holds them and
@@ -120,38 +140,47 @@ impl<T: Reduce> Communicator<T> {
     }
 
     fn call(&self, coll: Coll, count: usize, root: usize, input: *const T, output: *mut T, in_place: bool) -> Call<T> {
-        Call { coll, count, root, input, output, in_place, timeout: self.timeout }
+        Call { coll, count, root, input, output, in_place, timeout: self.timeout, device: None }
     }
 
     /// Reduces `buf` over all ranks, in place: afterwards every rank holds
-    /// `op` applied element-wise to all ranks' `buf`.
-    pub fn all_reduce<O: ReduceOp<T>>(&self, buf: &mut [T], _op: O) -> Result<()> {
-        let (n, p) = (buf.len(), buf.as_mut_ptr());
-        self.blocking::<O>(Coll::AllReduce, || Ok(()), || self.call(Coll::AllReduce, n, 0, p, p, true))
+    /// `op` applied element-wise to all ranks' `buf`. `buf` is host memory
+    /// (a slice, `Vec` or array) or a [`DeviceBuffer`](crate::gpu::DeviceBuffer), as for
+    /// every blocking collective.
+    pub fn all_reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
+        let n = buf.elems();
+        self.blocking::<O>(Coll::AllReduce, || Ok(()), n, 0, None, Some(buf.place_mut()), true)
     }
 
     /// All-reduce from `send` into `recv` (same length).
-    pub fn all_reduce_into<O: ReduceOp<T>>(&self, send: &[T], recv: &mut [T], _op: O) -> Result<()> {
-        let rl = recv.len();
-        let n = send.len();
+    pub fn all_reduce_into<S, R, O>(&self, send: &S, recv: &mut R, _op: O) -> Result<()>
+    where
+        S: Buffer<T> + ?Sized,
+        R: BufferMut<T> + ?Sized,
+        O: ReduceOp<T>,
+    {
+        let (n, rl) = (send.elems(), recv.elems());
         let check = || exact("recv buffer", n, rl);
-        let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<O>(Coll::AllReduce, check, || self.call(Coll::AllReduce, n, 0, i, o, false))
+        self.blocking::<O>(Coll::AllReduce, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
     }
 
     /// Reduces `buf` over all ranks into `root`'s `buf`; other ranks' `buf`
     /// is left as it was.
-    pub fn reduce<O: ReduceOp<T>>(&self, buf: &mut [T], _op: O, root: usize) -> Result<()> {
-        let (n, p) = (buf.len(), buf.as_mut_ptr());
+    pub fn reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O, root: usize) -> Result<()> {
+        let n = buf.elems();
         let check = || self.group.check_root("root", root);
-        self.blocking::<O>(Coll::Reduce, check, || self.call(Coll::Reduce, n, root, p, p, true))
+        self.blocking::<O>(Coll::Reduce, check, n, root, None, Some(buf.place_mut()), true)
     }
 
     /// Reduce from `send` into `root`'s `recv` (same length there; ignored,
     /// and may be empty, on other ranks).
-    pub fn reduce_into<O: ReduceOp<T>>(&self, send: &[T], recv: &mut [T], _op: O, root: usize) -> Result<()> {
-        let rl = recv.len();
-        let n = send.len();
+    pub fn reduce_into<S, R, O>(&self, send: &S, recv: &mut R, _op: O, root: usize) -> Result<()>
+    where
+        S: Buffer<T> + ?Sized,
+        R: BufferMut<T> + ?Sized,
+        O: ReduceOp<T>,
+    {
+        let (n, rl) = (send.elems(), recv.elems());
         let me = self.rank();
         let check = || {
             self.group.check_root("root", root)?;
@@ -160,89 +189,89 @@ impl<T: Reduce> Communicator<T> {
             }
             Ok(())
         };
-        let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<O>(Coll::Reduce, check, || self.call(Coll::Reduce, n, root, i, o, false))
+        let out = (me == root || rl > 0).then(|| recv.place_mut());
+        self.blocking::<O>(Coll::Reduce, check, n, root, Some(send.place()), out, false)
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
-    pub fn broadcast(&self, buf: &mut [T], root: usize) -> Result<()> {
-        let (n, p) = (buf.len(), buf.as_mut_ptr());
+    pub fn broadcast<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, root: usize) -> Result<()> {
+        let n = buf.elems();
         let check = || self.group.check_root("root", root);
-        self.blocking::<NoOp>(Coll::Broadcast, check, || self.call(Coll::Broadcast, n, root, p, p, true))
+        self.blocking::<NoOp>(Coll::Broadcast, check, n, root, None, Some(buf.place_mut()), true)
     }
 
     /// Copies `root`'s `send` into every rank's `recv` (`send` is ignored,
     /// and may be empty, on other ranks).
-    pub fn broadcast_into(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        let rl = recv.len();
-        let n = rl;
+    pub fn broadcast_into<S, R>(&self, send: &S, recv: &mut R, root: usize) -> Result<()>
+    where
+        S: Buffer<T> + ?Sized,
+        R: BufferMut<T> + ?Sized,
+    {
+        let (n, sl) = (recv.elems(), send.elems());
         let me = self.rank();
         let check = || {
             self.group.check_root("root", root)?;
-            if me == root && send.len() != n {
-                return Err(size_err("send buffer", n, send.len()));
+            if me == root && sl != n {
+                return Err(size_err("send buffer", n, sl));
             }
             Ok(())
         };
-        let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<NoOp>(Coll::Broadcast, check, || self.call(Coll::Broadcast, n, root, i, o, false))
+        let input = (me == root || sl > 0).then(|| send.place());
+        self.blocking::<NoOp>(Coll::Broadcast, check, n, root, input, Some(recv.place_mut()), false)
     }
 
     /// Gathers every rank's `send` into `recv` (`size × send.len()`), in rank order.
-    pub fn all_gather(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let rl = recv.len();
-        let n = send.len();
+    pub fn all_gather<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
+        let (n, rl) = (send.elems(), recv.elems());
         let want = n.saturating_mul(self.size());
         let check = || exact("recv buffer", want, rl);
-        let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<NoOp>(Coll::AllGather, check, || self.call(Coll::AllGather, n, 0, i, o, false))
+        self.blocking::<NoOp>(Coll::AllGather, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
     }
 
     /// All-gather in place: `buf` holds `size` blocks; this rank's block
     /// (at `rank × len/size`) is its contribution.
-    pub fn all_gather_in_place(&self, buf: &mut [T]) -> Result<()> {
-        let (len, s) = (buf.len(), self.size());
+    pub fn all_gather_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        let (len, s) = (buf.elems(), self.size());
         let check = || divisible(len, s);
-        let p = buf.as_mut_ptr();
-        self.blocking::<NoOp>(Coll::AllGather, check, || self.call(Coll::AllGather, len / s, 0, p, p, true))
+        self.blocking::<NoOp>(Coll::AllGather, check, len / s, 0, None, Some(buf.place_mut()), true)
     }
 
     /// Reduces `send` (`size × recv.len()`) over all ranks; rank `r` gets
     /// block `r` of the result in `recv`.
-    pub fn reduce_scatter<O: ReduceOp<T>>(&self, send: &[T], recv: &mut [T], _op: O) -> Result<()> {
-        let n = recv.len();
+    pub fn reduce_scatter<S, R, O>(&self, send: &S, recv: &mut R, _op: O) -> Result<()>
+    where
+        S: Buffer<T> + ?Sized,
+        R: BufferMut<T> + ?Sized,
+        O: ReduceOp<T>,
+    {
+        let (n, sl) = (recv.elems(), send.elems());
         let want = n.saturating_mul(self.size());
-        let check = || exact("send buffer", want, send.len());
-        let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<O>(Coll::ReduceScatter, check, || self.call(Coll::ReduceScatter, n, 0, i, o, false))
+        let check = || exact("send buffer", want, sl);
+        self.blocking::<O>(Coll::ReduceScatter, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
     }
 
     /// Reduce-scatter in place: `buf` holds `size` blocks; afterwards this
     /// rank's block (at `rank × len/size`) holds its block of the result.
     /// Other blocks are left as they were.
-    pub fn reduce_scatter_in_place<O: ReduceOp<T>>(&self, buf: &mut [T], _op: O) -> Result<()> {
-        let (len, s) = (buf.len(), self.size());
+    pub fn reduce_scatter_in_place<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
+        let (len, s) = (buf.elems(), self.size());
         let check = || divisible(len, s);
-        let p = buf.as_mut_ptr();
-        self.blocking::<O>(Coll::ReduceScatter, check, || self.call(Coll::ReduceScatter, len / s, 0, p, p, true))
+        self.blocking::<O>(Coll::ReduceScatter, check, len / s, 0, None, Some(buf.place_mut()), true)
     }
 
     /// Sends block `d` of `send` to rank `d` and receives rank `s`'s block
     /// for us into block `s` of `recv` (both `size × count`).
-    pub fn all_to_all(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let rl = recv.len();
-        let (len, s) = (send.len(), self.size());
+    pub fn all_to_all<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
+        let (len, rl, s) = (send.elems(), recv.elems(), self.size());
         let check = || exact("recv buffer", len, rl).and_then(|()| divisible(len, s));
-        let (i, o) = (send.as_ptr(), recv.as_mut_ptr());
-        self.blocking::<NoOp>(Coll::AllToAll, check, || self.call(Coll::AllToAll, len / s, 0, i, o, false))
+        self.blocking::<NoOp>(Coll::AllToAll, check, len / s, 0, Some(send.place()), Some(recv.place_mut()), false)
     }
 
     /// All-to-all in place on `buf` (`size × count`).
-    pub fn all_to_all_in_place(&self, buf: &mut [T]) -> Result<()> {
-        let (len, s) = (buf.len(), self.size());
+    pub fn all_to_all_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        let (len, s) = (buf.elems(), self.size());
         let check = || divisible(len, s);
-        let p = buf.as_mut_ptr();
-        self.blocking::<NoOp>(Coll::AllToAll, check, || self.call(Coll::AllToAll, len / s, 0, p, p, true))
+        self.blocking::<NoOp>(Coll::AllToAll, check, len / s, 0, None, Some(buf.place_mut()), true)
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
@@ -255,21 +284,15 @@ impl<T: Reduce> Communicator<T> {
 
     /// Sends `buf` to `peer`, which must `recv` as many elements. Messages
     /// between two ranks arrive in the order they were sent.
-    pub fn send(&self, buf: &[T], peer: usize) -> Result<()> {
-        let (n, p) = (buf.len(), buf.as_ptr());
+    pub fn send<B: Buffer<T> + ?Sized>(&self, buf: &B, peer: usize) -> Result<()> {
         let check = || self.check_peer(peer);
-        self.blocking::<NoOp>(Coll::Send, check, || {
-            self.call(Coll::Send, n, peer, p, std::ptr::NonNull::dangling().as_ptr(), false)
-        })
+        self.blocking::<NoOp>(Coll::Send, check, buf.elems(), peer, Some(buf.place()), None, false)
     }
 
     /// Receives `buf.len()` elements from `peer`.
-    pub fn recv(&self, buf: &mut [T], peer: usize) -> Result<()> {
-        let (n, p) = (buf.len(), buf.as_mut_ptr());
+    pub fn recv<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, peer: usize) -> Result<()> {
         let check = || self.check_peer(peer);
-        self.blocking::<NoOp>(Coll::Recv, check, || {
-            self.call(Coll::Recv, n, peer, std::ptr::NonNull::dangling().as_ptr(), p, false)
-        })
+        self.blocking::<NoOp>(Coll::Recv, check, buf.elems(), peer, None, Some(buf.place_mut()), false)
     }
 
     /// Blocks until every rank has entered the barrier (within this

@@ -1,5 +1,6 @@
 //! A communicator's connections, made on first use and kept for its life.
 
+use super::device::{DevRecv, DevSend};
 use crate::error::{Error, Result};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::{ConnKey, RecvConn, Registry, SendConn};
@@ -8,6 +9,10 @@ use std::sync::Arc;
 
 /// The connections of one communicator on this rank.
 pub struct Conns {
+    /// Device slots of each connection a device call has used; declared
+    /// first so they drop (unpinning staging memory) before the connections.
+    dsends: Vec<Option<DevSend>>,
+    drecvs: Vec<Option<DevRecv>>,
     reg: Arc<Registry>,
     comm: u64,
     me: usize,
@@ -17,6 +22,12 @@ pub struct Conns {
     sends: Vec<SendConn>,
     recv_idx: HashMap<(usize, u32), usize>,
     recvs: Vec<RecvConn>,
+}
+
+impl Drop for Conns {
+    fn drop(&mut self) {
+        self.drain_device_slots(std::time::Duration::from_secs(2));
+    }
 }
 
 impl Conns {
@@ -33,6 +44,8 @@ impl Conns {
             sends: Vec::new(),
             recv_idx: HashMap::new(),
             recvs: Vec::new(),
+            dsends: Vec::new(),
+            drecvs: Vec::new(),
         }
     }
 
@@ -56,6 +69,7 @@ impl Conns {
             );
         }
         self.sends.push(c);
+        self.dsends.push(None);
         self.send_idx.insert((peer, channel), self.sends.len() - 1);
         Ok(self.sends.len() - 1)
     }
@@ -73,6 +87,7 @@ impl Conns {
             );
         }
         self.recvs.push(c);
+        self.drecvs.push(None);
         self.recv_idx.insert((peer, channel), self.recvs.len() - 1);
         Ok(self.recvs.len() - 1)
     }
@@ -85,6 +100,30 @@ impl Conns {
     /// The receiving connection at `i` (from [`recv`](Self::recv)).
     pub fn recv_at(&mut self, i: usize) -> &mut RecvConn {
         &mut self.recvs[i]
+    }
+
+    /// The device slots of sending connection `i`, once a device call opened them.
+    pub(crate) fn dev_send(&mut self, i: usize) -> &mut Option<DevSend> {
+        &mut self.dsends[i]
+    }
+
+    /// The device slots of receiving connection `i`, once a device call opened them.
+    pub(crate) fn dev_recv(&mut self, i: usize) -> &mut Option<DevRecv> {
+        &mut self.drecvs[i]
+    }
+
+    /// Waits (up to `within`) until every receiver in another process has
+    /// read the device slots it may still be reading, so they are not freed
+    /// under it (peers in this process hold them alive themselves).
+    fn drain_device_slots(&mut self, within: std::time::Duration) {
+        let until = std::time::Instant::now() + within;
+        for (s, d) in self.sends.iter_mut().zip(&self.dsends) {
+            if matches!(d, Some(d) if !d.staged) && matches!(s, SendConn::Shm(..)) {
+                while !s.drained() && std::time::Instant::now() < until {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            }
+        }
     }
 
     /// A number naming sending connection `i` among all of this communicator's.

@@ -9,9 +9,12 @@
 //! slot, and nothing is copied twice.
 
 mod conns;
+pub mod device;
 pub mod fingerprint;
+mod on_gpu;
 
 pub use conns::Conns;
+pub use device::DevCall;
 
 use crate::algo::{Buf, Layout, Region, Schedule, Step};
 use crate::error::{Error, ErrorKind, Result};
@@ -33,7 +36,14 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     links: Vec<Vec<Link>>,
     slot_elems: usize,
     fp: fingerprint::Words,
+    gpu: Option<OnGpu>,
     _op: PhantomData<O>,
+}
+
+/// A device call's GPU and its device scratch.
+struct OnGpu {
+    call: DevCall,
+    scratch: Option<device::DevMem>,
 }
 
 // SAFETY: the raw pointers refer to buffers the caller guarantees stay
@@ -54,6 +64,9 @@ pub struct Plan {
     pub channel_base: u32,
     /// The call's fingerprint, sent with and checked on every slot.
     pub fp: fingerprint::Fingerprint,
+    /// The GPU, when the buffers are device memory (input and output are
+    /// then device addresses, never dereferenced on the host).
+    pub device: Option<DevCall>,
 }
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
@@ -67,7 +80,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { sched, layout, slot_elems, channel_base, fp } = plan;
+        let Plan { sched, layout, slot_elems, channel_base, fp, device } = plan;
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
             return Err(Error::new(ErrorKind::Unsupported(format!(
@@ -91,10 +104,17 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         if slot_elems == 0 || slot_elems * size > conns.slot_bytes() {
             return Err(Error::internal(format!("{slot_elems} elements of {size} B do not fit a slot")));
         }
-        let scratch = vec![T::zeroed(); sched.scratch];
+        let (scratch, gpu) = match device {
+            None => (vec![T::zeroed(); sched.scratch], None),
+            Some(call) => {
+                let scratch = (sched.scratch > 0).then(|| device::DevMem::new(&call.dev, sched.scratch * size));
+                (Vec::new(), Some(OnGpu { call, scratch: scratch.transpose()? }))
+            }
+        };
         let pcs = vec![(0, 0); sched.channels.len()];
         let input = if layout.in_place.is_some() { output as *const T } else { input };
-        Ok(Exec { sched, layout, input, output, scratch, pcs, links, slot_elems, fp: fp.words(), _op: PhantomData })
+        let fp = fp.words();
+        Ok(Exec { sched, layout, input, output, scratch, pcs, links, slot_elems, fp, gpu, _op: PhantomData })
     }
 
     /// Whether every channel has finished.
@@ -114,12 +134,22 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 
     /// Applies the operator's finishing pass (Avg's division) to the output.
-    pub fn finish(&mut self, nranks: usize) {
+    pub fn finish(&mut self, nranks: usize) -> Result<()> {
         let out = self.layout.resolve(Region::new(Buf::Output, 0, self.layout.output));
+        if let Some(g) = &self.gpu {
+            let (k, dev, stream) = (&g.call.kernels, &g.call.dev, g.call.stream);
+            if k.div.is_some() && out.len > 0 {
+                let l = crate::gpu::Launch::Div { buf: self.dptr(out), ranks: nranks, n: out.len };
+                // SAFETY: a validated region of the output buffer; synchronised below.
+                unsafe { dev.launch(stream, k, l)? };
+            }
+            return dev.sync(stream);
+        }
         // SAFETY: validated region of the output buffer; no slot or other
         // slice is alive.
         let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr(out), out.len) };
         O::finish(dst, nranks);
+        Ok(())
     }
 
     /// The ranks the unfinished channels are waiting on.
@@ -178,6 +208,16 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         unsafe { base.add(r.off) }
     }
 
+    /// The device address of a resolved region (device calls).
+    fn dptr(&self, r: Region) -> u64 {
+        let base = match r.buf {
+            Buf::Input => self.input as u64,
+            Buf::Output => self.output as u64,
+            Buf::Scratch => self.gpu.as_ref().and_then(|g| g.scratch.as_ref()).map_or(0, |m| m.ptr),
+        };
+        base + (r.off * std::mem::size_of::<T>()) as u64
+    }
+
     /// Moves channel `c` by one slot (or one local step).
     fn step(&mut self, c: usize, conns: &mut Conns) -> Result<bool> {
         let (i, u) = self.pcs[c];
@@ -185,6 +225,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             return Ok(false);
         };
         let (si, ri) = self.links[c][i];
+        if self.gpu.is_some() && !self.gpu_open(si, ri, &st, conns)? {
+            return Ok(false);
+        }
         let size = std::mem::size_of::<T>();
         let se = self.slot_elems;
         let len = st.len();
@@ -220,6 +263,34 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             },
             None => None,
         };
+        if self.gpu.is_some() {
+            let local = matches!(st, Step::Copy { .. } | Step::Reduce { .. });
+            let at = |g: Region| self.layout.resolve(Region::new(g.buf, g.off + off, n));
+            // a local step covers its whole region at once, a slot step one slot of it
+            let (src, dst, n) = match st {
+                Step::Copy { src, dst } | Step::Reduce { src, dst } => {
+                    let d = self.layout.resolve(dst);
+                    (Some(self.layout.resolve(src)), Some(d), d.len)
+                }
+                _ => (st.reads().first().copied().map(at), st.writes().map(at), n),
+            };
+            let io = on_gpu::Io {
+                host_in: incoming.map(|p| p as *const u8),
+                host_out: outgoing.map(|p| p as *mut u8),
+                si,
+                ri,
+            };
+            self.gpu_step(st, src, dst, n, io, conns)?;
+            if let Some(si) = si {
+                conns.send_at(si).post(n * size, &self.fp);
+            }
+            if let Some(ri) = ri {
+                conns.recv_at(ri).release();
+            }
+            let slots = len.div_ceil(se).max(1);
+            self.pcs[c] = if local || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
+            return Ok(true);
+        }
         // Why the slices below are sound: regions were validated against
         // their buffers in `new`, and fused operands are identical (the
         // `s == d` branches use one slice) or disjoint; a peeked slot holds

@@ -32,7 +32,13 @@ pub struct FifoMem {
     backing: Backing,
     nslots: usize,
     slot_bytes: usize,
+    /// What the sender hands the receiver for the life of the connection
+    /// (its device slots), kept until both ends are gone.
+    attached: std::sync::Mutex<Option<Attachment>>,
 }
+
+/// Something a sender keeps alive for its receiver.
+pub type Attachment = Arc<dyn std::any::Any + Send + Sync>;
 
 // SAFETY: the memory is only touched through atomics (counters, lengths) or
 // through slots that the head/tail protocol hands to exactly one side at a
@@ -52,7 +58,13 @@ impl FifoMem {
         if base.is_null() {
             return None;
         }
-        Some(Arc::new(FifoMem { base, backing: Backing::Heap(layout), nslots, slot_bytes }))
+        Some(Arc::new(FifoMem {
+            base,
+            backing: Backing::Heap(layout),
+            nslots,
+            slot_bytes,
+            attached: Default::default(),
+        }))
     }
 
     /// A FIFO laid out in a shared mapping that is zero-filled when fresh
@@ -66,7 +78,7 @@ impl FifoMem {
         if !(base as usize).is_multiple_of(SLOT_ALIGN) {
             return None;
         }
-        Some(Arc::new(FifoMem { base, backing: Backing::Map(map), nslots, slot_bytes }))
+        Some(Arc::new(FifoMem { base, backing: Backing::Map(map), nslots, slot_bytes, attached: Default::default() }))
     }
 
     fn shape(nslots: usize, slot_bytes: usize) -> (usize, usize) {
@@ -163,6 +175,24 @@ impl FifoSend {
         FifoSend { mem, head, receiver }
     }
 
+    /// Slots in the FIFO.
+    pub fn nslots(&self) -> usize {
+        self.mem.nslots
+    }
+
+    /// Keeps `a` alive for as long as either end of this FIFO lives (a
+    /// FIFO in this process's memory; a shared mapping cannot hold it).
+    pub fn attach(&mut self, a: Attachment) {
+        if let Ok(mut at) = self.mem.attached.lock() {
+            *at = Some(a);
+        }
+    }
+
+    /// Whether the receiver has released every slot posted.
+    pub fn drained(&self) -> bool {
+        self.mem.tail().load(Ordering::Acquire) == self.head
+    }
+
     /// The next free slot, if the receiver has released one.
     pub fn reserve(&mut self) -> Option<*mut u8> {
         let tail = self.mem.tail().load(Ordering::Acquire);
@@ -189,6 +219,11 @@ impl FifoSend {
 }
 
 impl FifoRecv {
+    /// What the sender attached, if anything.
+    pub fn attached(&self) -> Option<Attachment> {
+        self.mem.attached.lock().ok().and_then(|a| a.clone())
+    }
+
     /// The receiving end of `mem`; releasing rings `sender`.
     pub fn new(mem: Arc<FifoMem>, sender: BellRef) -> Self {
         let tail = mem.tail().load(Ordering::Acquire);

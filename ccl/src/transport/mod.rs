@@ -120,6 +120,47 @@ impl SendConn {
             _ => Ok(()),
         }
     }
+    /// Slots in flight at most: a slot reserved now was released by the
+    /// receiver `nslots` messages ago (None for sockets, which stage).
+    pub fn nslots(&mut self) -> Option<usize> {
+        match self {
+            SendConn::Fifo(f) => Some(f.nslots()),
+            SendConn::Shm(l, _) => l.get().ok().flatten().map(|f| f.nslots()),
+            SendConn::Tcp(_) => None,
+        }
+    }
+
+    /// The staging memory of a socket connection (to page-lock for a GPU):
+    /// it lives as long as this end.
+    pub fn staging_memory(&self) -> Option<(*mut u8, usize)> {
+        match self {
+            SendConn::Tcp(t) => Some(t.slot_memory()),
+            _ => None,
+        }
+    }
+
+    /// Keeps `a` alive until the receiver has dropped its end too; `false`
+    /// where the receiver is in another process (nothing to keep alive for).
+    pub fn attach(&mut self, a: fifo::Attachment) -> bool {
+        match self {
+            SendConn::Fifo(f) => {
+                f.attach(a);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the receiver has released every slot posted (sockets:
+    /// always, their bytes are gone from here once sent).
+    pub fn drained(&mut self) -> bool {
+        match self {
+            SendConn::Fifo(f) => f.drained(),
+            SendConn::Shm(l, _) => l.get().ok().flatten().is_none_or(|f| f.drained()),
+            SendConn::Tcp(_) => true,
+        }
+    }
+
     /// Bytes per slot.
     pub fn slot_bytes(&self) -> usize {
         match self {
@@ -140,6 +181,23 @@ impl RecvConn {
             RecvConn::Tcp(t) => t.peek_slot()?,
         })
     }
+    /// The staging memory of a socket connection (to page-lock for a GPU):
+    /// it lives as long as this end.
+    pub fn staging_memory(&self) -> Option<(*mut u8, usize)> {
+        match self {
+            RecvConn::Tcp(t) => Some(t.slot_memory()),
+            _ => None,
+        }
+    }
+
+    /// What the sender attached (a FIFO in this process's memory).
+    pub fn attached(&self) -> Option<fifo::Attachment> {
+        match self {
+            RecvConn::Fifo(f) => f.attached(),
+            _ => None,
+        }
+    }
+
     /// Returns the slot [`peek`](Self::peek) returned to the sender.
     pub fn release(&mut self) {
         match self {

@@ -655,6 +655,9 @@ impl TcpSend {
     pub(crate) fn slot_bytes(&self) -> usize {
         self.slots.slot_bytes
     }
+    pub(crate) fn slot_memory(&self) -> (*mut u8, usize) {
+        (self.slots.base, self.slots.layout.size())
+    }
 }
 
 impl TcpRecv {
@@ -666,6 +669,9 @@ impl TcpRecv {
     }
     pub(crate) fn slot_bytes(&self) -> usize {
         self.slots.slot_bytes
+    }
+    pub(crate) fn slot_memory(&self) -> (*mut u8, usize) {
+        (self.slots.base, self.slots.layout.size())
     }
 }
 

@@ -1,6 +1,7 @@
 //! Random data and a straightforward reference for the collective tests.
 #![allow(dead_code)]
 
+pub mod gpu_matrix;
 pub mod matrix;
 
 use ccl::{Reduce, ReduceOp};

@@ -1,0 +1,78 @@
+//! What the blocking collectives accept as buffers: host memory (`[T]`,
+//! `Vec<T>`, `[T; N]`) or device memory ([`DeviceBuffer<T>`]).
+
+use crate::gpu::{DeviceBuffer, Stream};
+use crate::Reduce;
+
+/// Where a buffer's elements are, for the call that receives it.
+#[doc(hidden)]
+pub enum Place {
+    /// Host memory at this address.
+    Host(*const u8),
+    /// Device memory: the buffer, checked and ordered on its stream.
+    Device {
+        /// The device address.
+        ptr: u64,
+        /// Its stream (and through it, its GPU).
+        stream: Stream,
+        /// Whether the address really is device memory of that GPU.
+        check: crate::Result<()>,
+    },
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A buffer a collective reads: `[T]`, `Vec<T>`, `[T; N]` or a
+/// [`DeviceBuffer<T>`].
+pub trait Buffer<T>: sealed::Sealed {
+    /// Elements.
+    fn elems(&self) -> usize;
+    #[doc(hidden)]
+    fn place(&self) -> Place;
+}
+
+/// A buffer a collective writes.
+pub trait BufferMut<T>: Buffer<T> {
+    #[doc(hidden)]
+    fn place_mut(&mut self) -> Place;
+}
+
+macro_rules! host_buffer {
+    ($([$($g:tt)*] $t:ty),*) => {$(
+        impl<$($g)*> sealed::Sealed for $t {}
+        impl<$($g)*> Buffer<T> for $t {
+            fn elems(&self) -> usize {
+                self.len()
+            }
+            fn place(&self) -> Place {
+                Place::Host(self.as_ptr() as *const u8)
+            }
+        }
+        impl<$($g)*> BufferMut<T> for $t {
+            fn place_mut(&mut self) -> Place {
+                Place::Host(self.as_mut_ptr() as *const u8)
+            }
+        }
+    )*};
+}
+
+host_buffer!([T] [T], [T] Vec<T>, [T, const N: usize] [T; N]);
+
+impl<T: Reduce> sealed::Sealed for DeviceBuffer<T> {}
+
+impl<T: Reduce> Buffer<T> for DeviceBuffer<T> {
+    fn elems(&self) -> usize {
+        self.len()
+    }
+    fn place(&self) -> Place {
+        Place::Device { ptr: self.device_ptr(), stream: self.stream().clone(), check: self.check_memory("the buffer") }
+    }
+}
+
+impl<T: Reduce> BufferMut<T> for DeviceBuffer<T> {
+    fn place_mut(&mut self) -> Place {
+        self.place()
+    }
+}

@@ -1,0 +1,277 @@
+//! [`Device`] over the CUDA driver (cudarc, loaded at run time): ccl's
+//! kernels compiled by NVRTC for the device's architecture on first use,
+//! copies with `cuMemcpyAsync` (unified addressing: any direction), IPC
+//! with `cuIpcGetMemHandle` / `cuIpcOpenMemHandle`.
+
+use super::{Device, Kernels, Launch, Memory};
+use crate::error::{Error, Result};
+use cudarc::driver::{sys, CudaContext, CudaStream};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+/// Threads per block of every kernel launch.
+const THREADS: u64 = 256;
+/// Blocks at most (the kernels loop over the rest).
+const MAX_BLOCKS: u64 = 4096;
+
+/// A driver handle that is used from any thread once the context is bound.
+#[derive(Clone, Copy, Debug)]
+struct Raw<P>(P);
+// SAFETY: CUDA driver handles (modules, functions) may be used from any
+// thread whose current context is theirs; every use below binds it first.
+unsafe impl<P> Send for Raw<P> {}
+// SAFETY: as above; the handles are immutable once created.
+unsafe impl<P> Sync for Raw<P> {}
+
+/// One GPU through the driver.
+pub(crate) struct Cuda {
+    ctx: Arc<CudaContext>,
+    name: String,
+    arch: &'static str,
+    /// Loaded modules by source (one per element type: the primitive
+    /// types share one), and their functions by name.
+    modules: Mutex<HashMap<Arc<str>, Raw<sys::CUmodule>>>,
+    functions: Mutex<HashMap<String, Raw<sys::CUfunction>>>,
+    streams: Mutex<HashMap<u64, Arc<CudaStream>>>,
+}
+
+impl std::fmt::Debug for Cuda {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.describe())
+    }
+}
+
+fn check(r: sys::CUresult, what: &str) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::device(format!("{what}: {r:?}")))
+    }
+}
+
+fn no_driver() -> Result<()> {
+    if ccl_kernels::cuda::driver_available() {
+        Ok(())
+    } else {
+        Err(Error::device(
+            "no CUDA driver: libcuda.so.1 is not installed or not on LD_LIBRARY_PATH (is there a GPU here?)",
+        ))
+    }
+}
+
+impl Cuda {
+    /// GPUs on this host.
+    pub fn count() -> Result<usize> {
+        no_driver()?;
+        let n = CudaContext::device_count().map_err(|e| Error::device(format!("counting GPUs: {e:?}")))?;
+        if n <= 0 {
+            return Err(Error::device("the CUDA driver sees no GPU"));
+        }
+        Ok(n as usize)
+    }
+
+    /// GPU `ordinal`'s primary context.
+    pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
+        no_driver()?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| Error::device(format!("cannot open GPU {ordinal}: {e:?}")))?;
+        let (major, minor) =
+            ctx.compute_capability().map_err(|e| Error::device(format!("GPU {ordinal} capability: {e:?}")))?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+        // one string per architecture for the life of the process (the
+        // compiled-PTX cache is keyed by it)
+        let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+        let (modules, functions, streams) = (Mutex::default(), Mutex::default(), Mutex::default());
+        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams }))
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| Error::device(format!("binding {}: {e:?}", self.describe())))
+    }
+
+    /// The kernel `name` of `k`'s source, compiled and loaded on first use.
+    fn function(&self, k: &Kernels, name: &str) -> Result<sys::CUfunction> {
+        let mut f = self.functions.lock().map_err(|_| Error::internal("kernel table poisoned"))?;
+        if let Some(h) = f.get(name) {
+            return Ok(h.0);
+        }
+        let module = self.module(&k.source)?;
+        let c = std::ffi::CString::new(name).map_err(|_| Error::internal("kernel name with a NUL byte"))?;
+        let mut h: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: a loaded module and a NUL-terminated name.
+        check(unsafe { sys::cuModuleGetFunction(&mut h, module, c.as_ptr()) }, name)?;
+        f.insert(name.to_string(), Raw(h));
+        Ok(h)
+    }
+
+    /// The module of `source`, compiled by NVRTC for this GPU and loaded once.
+    fn module(&self, source: &Arc<str>) -> Result<sys::CUmodule> {
+        let mut m = self.modules.lock().map_err(|_| Error::internal("module table poisoned"))?;
+        if let Some(h) = m.get(source) {
+            return Ok(h.0);
+        }
+        let ptx = ccl_kernels::cuda::compile(source, self.arch).map_err(Error::device)?;
+        let ptx = std::ffi::CString::new(ptx).map_err(|_| Error::internal("PTX with a NUL byte"))?;
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated PTX image; the module is kept for the
+        // life of the process (its functions are cached).
+        check(unsafe { sys::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void) }, "loading kernels")?;
+        m.insert(Arc::clone(source), Raw(module));
+        Ok(module)
+    }
+}
+
+impl Device for Cuda {
+    fn describe(&self) -> String {
+        format!("GPU {} ({}, {})", self.ctx.ordinal(), self.name, self.arch)
+    }
+    fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+    fn context(&self) -> u64 {
+        self.ctx.cu_ctx() as u64
+    }
+    fn classify(&self, ptr: u64) -> Memory {
+        if self.bind().is_err() {
+            return Memory::Host;
+        }
+        let mut kind: u32 = 0;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        let mut ordinal: i32 = 0;
+        let attr = |what: sys::CUpointer_attribute, out: *mut c_void| {
+            // SAFETY: `out` points to a value of the attribute's type.
+            unsafe { sys::cuPointerGetAttribute(out, what, ptr) == sys::CUresult::CUDA_SUCCESS }
+        };
+        let device = attr(sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, &mut kind as *mut u32 as _)
+            && kind == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+        if device
+            && attr(sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT, &mut ctx as *mut sys::CUcontext as _)
+            && attr(sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, &mut ordinal as *mut i32 as _)
+        {
+            // stream-ordered (pool) allocations may name no context: their device's primary one
+            let same = ctx.is_null() && ordinal as usize == self.ordinal();
+            Memory::Device { ordinal: ordinal as usize, context: if same { self.context() } else { ctx as u64 } }
+        } else {
+            Memory::Host
+        }
+    }
+    fn alloc(&self, bytes: usize) -> Result<u64> {
+        self.bind()?;
+        let mut p: sys::CUdeviceptr = 0;
+        // SAFETY: an out-pointer and a size.
+        check(unsafe { sys::cuMemAlloc_v2(&mut p, bytes.max(1)) }, "cuMemAlloc")?;
+        Ok(p)
+    }
+    unsafe fn free(&self, ptr: u64) {
+        if self.bind().is_ok() {
+            // SAFETY: per the contract, from `alloc` and not used again.
+            unsafe { sys::cuMemFree_v2(ptr) };
+        }
+    }
+    unsafe fn copy(&self, stream: u64, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: per the contract, both ranges valid until the stream passes the copy.
+        check(unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream as sys::CUstream) }, "cuMemcpyAsync")
+    }
+    unsafe fn launch(&self, stream: u64, k: &Kernels, l: Launch) -> Result<()> {
+        self.bind()?;
+        let (name, mut args, n): (&Option<String>, Vec<u64>, usize) = match l {
+            Launch::Reduce { dst, a, b, n } => (&k.reduce, vec![dst, a, b, n as u64], n),
+            Launch::RecvReduceSend { out, next, slot, local, n } => {
+                (&k.recv_reduce_send, vec![out, next, slot, local, n as u64], n)
+            }
+            Launch::Div { buf, ranks, n } => (&k.div, vec![buf, ranks as u64, n as u64], n),
+        };
+        let name = name.as_deref().ok_or_else(|| Error::internal("launch of a kernel the call does not have"))?;
+        let f = self.function(k, name)?;
+        let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut u64 as *mut c_void).collect();
+        let blocks = (n as u64).div_ceil(THREADS).clamp(1, MAX_BLOCKS) as u32;
+        // SAFETY: every parameter is a u64 (a device address or a count) as
+        // the kernel declares; the pointers are valid per the contract.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                f,
+                blocks,
+                1,
+                1,
+                THREADS as u32,
+                1,
+                1,
+                0,
+                stream as sys::CUstream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, name)
+    }
+    fn sync(&self, stream: u64) -> Result<()> {
+        self.bind()?;
+        // SAFETY: a stream handle of this context (checked by callers) or 0.
+        check(unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }, "cuStreamSynchronize")
+    }
+    fn new_stream(&self) -> Result<u64> {
+        let s = self.ctx.new_stream().map_err(|e| Error::device(format!("new stream: {e:?}")))?;
+        let raw = s.cu_stream() as u64;
+        self.streams.lock().map_err(|_| Error::internal("stream table poisoned"))?.insert(raw, s);
+        Ok(raw)
+    }
+    fn stream_context(&self, stream: u64) -> Result<u64> {
+        if stream == 0 {
+            return Ok(self.context());
+        }
+        self.bind()?;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: an out-pointer; a stale handle makes the driver return an error.
+        check(unsafe { sys::cuStreamGetCtx(stream as sys::CUstream, &mut ctx) }, "the stream's context")?;
+        Ok(ctx as u64)
+    }
+    fn drop_stream(&self, stream: u64) {
+        if let Ok(mut s) = self.streams.lock() {
+            s.remove(&stream);
+        }
+    }
+    unsafe fn pin(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
+        self.bind()?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: per the contract, the range stays allocated until unpinned.
+        check(unsafe { sys::cuMemHostRegister_v2(ptr as *mut c_void, bytes, flags) }, "cuMemHostRegister")
+    }
+    unsafe fn unpin(&self, ptr: *mut u8) {
+        if self.bind().is_ok() {
+            // SAFETY: per the contract, pinned by `pin` and still allocated.
+            unsafe { sys::cuMemHostUnregister(ptr as *mut c_void) };
+        }
+    }
+    fn export(&self, ptr: u64) -> Result<[u8; 64]> {
+        self.bind()?;
+        // SAFETY: a zeroed handle is a valid out-value.
+        let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        // SAFETY: `ptr` is the base of an allocation of this context.
+        check(unsafe { sys::cuIpcGetMemHandle(&mut h, ptr) }, "cuIpcGetMemHandle")?;
+        let mut out = [0u8; 64];
+        for (o, c) in out.iter_mut().zip(h.reserved.iter()) {
+            *o = *c as u8;
+        }
+        Ok(out)
+    }
+    fn import(&self, handle: &[u8; 64]) -> Result<u64> {
+        self.bind()?;
+        // SAFETY: a zeroed handle is a valid value; filled below.
+        let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        for (c, b) in h.reserved.iter_mut().zip(handle) {
+            *c = *b as _;
+        }
+        let mut p: sys::CUdeviceptr = 0;
+        let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+        // SAFETY: a handle from another process's cuIpcGetMemHandle.
+        check(unsafe { sys::cuIpcOpenMemHandle_v2(&mut p, h, flags) }, "cuIpcOpenMemHandle")?;
+        Ok(p)
+    }
+    unsafe fn unimport(&self, ptr: u64) {
+        if self.bind().is_ok() {
+            // SAFETY: per the contract, from `import` and not used again.
+            unsafe { sys::cuIpcCloseMemHandle(ptr) };
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The collective matrix on device buffers: every blocking collective ×
+//! type and operator pairs × counts, outputs poisoned before each call,
+//! results copied back and checked against the sequential reference.
+//! Shared by the thread tests on an emulated GPU (ccl/tests/gpu.rs) and
+//! the process test on a real one (integration gpu_matrix, GPU check).
+
+use super::matrix::{Check, Moments, COUNTS};
+use super::{compare, input, reference, Elem};
+use ccl::gpu::{DeviceBuffer, Gpu, Stream};
+use ccl::{Avg, BitXor, Group, Max, Min, Prod, ReduceOp, Sum};
+use half::{bf16, f16};
+
+fn err(e: ccl::Error) -> String {
+    e.to_string()
+}
+
+/// What a device buffer holds before a call writes it: random values of
+/// another call, so an element the call forgets to write shows.
+fn poison<T: Elem>(seed: u64, call: u64, rank: usize, len: usize) -> Vec<T> {
+    input(seed, call + 7_777_777, rank, len, false)
+}
+
+struct Dev<'a> {
+    gpu: &'a Gpu,
+    stream: &'a Stream,
+}
+
+impl Dev<'_> {
+    fn up<T: Elem>(&self, data: &[T]) -> Result<DeviceBuffer<T>, String> {
+        self.gpu.upload(data, self.stream).map_err(err)
+    }
+    fn down<T: Elem>(&self, b: &DeviceBuffer<T>) -> Result<Vec<T>, String> {
+        b.to_vec().map_err(err)
+    }
+}
+
+fn reductions<T: Elem, O: ReduceOp<T>>(
+    g: &Group,
+    d: &Dev,
+    seed: u64,
+    call: &mut u64,
+    count: usize,
+    small: bool,
+) -> Check {
+    let comm = g.typed::<T>();
+    let (n, r) = (g.size(), g.rank());
+    *call += 1;
+    let c = *call;
+    let what = |s: &str| format!("device {s}<{}, {}> count {count}", T::NAME, O::NAME);
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, count, small)).collect();
+    let want = reference::<T, O>(&ins);
+    let send = d.up(&ins[r])?;
+
+    let mut buf = d.up(&ins[r])?;
+    comm.all_reduce(&mut buf, O::default()).map_err(err)?;
+    compare(&what("all_reduce"), &d.down(&buf)?, &want, n)?;
+    let mut out = d.up(&poison::<T>(seed, c, r, count))?;
+    comm.all_reduce_into(&send, &mut out, O::default()).map_err(err)?;
+    compare(&what("all_reduce_into"), &d.down(&out)?, &want, n)?;
+
+    let root = (c as usize) % n;
+    let mut buf = d.up(&ins[r])?;
+    comm.reduce(&mut buf, O::default(), root).map_err(err)?;
+    compare(&what("reduce"), &d.down(&buf)?, if r == root { &want } else { &ins[r] }, n)?;
+    let mut out = d.up(&poison::<T>(seed, c, r, if r == root { count } else { 0 }))?;
+    comm.reduce_into(&send, &mut out, O::default(), root).map_err(err)?;
+    if r == root {
+        compare(&what("reduce_into"), &d.down(&out)?, &want, n)?;
+    }
+
+    *call += 1;
+    let c = *call;
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, n * count, small)).collect();
+    let want = reference::<T, O>(&ins);
+    let mine = &want[r * count..(r + 1) * count];
+    let send = d.up(&ins[r])?;
+    let mut out = d.up(&poison::<T>(seed, c, r, count))?;
+    comm.reduce_scatter(&send, &mut out, O::default()).map_err(err)?;
+    compare(&what("reduce_scatter"), &d.down(&out)?, mine, n)?;
+    let mut buf = d.up(&ins[r])?;
+    comm.reduce_scatter_in_place(&mut buf, O::default()).map_err(err)?;
+    compare(&what("reduce_scatter_in_place"), &d.down(&buf)?[r * count..(r + 1) * count], mine, n)
+}
+
+fn movements<T: Elem>(g: &Group, d: &Dev, seed: u64, call: &mut u64, count: usize) -> Check {
+    let comm = g.typed::<T>();
+    let (n, r) = (g.size(), g.rank());
+    *call += 1;
+    let c = *call;
+    let what = |s: &str| format!("device {s}<{}> count {count}", T::NAME);
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, count, false)).collect();
+    let root = (c as usize + 1) % n;
+
+    let mut buf = d.up(&if r == root { ins[r].clone() } else { poison(seed, c, r, count) })?;
+    comm.broadcast(&mut buf, root).map_err(err)?;
+    compare(&what("broadcast"), &d.down(&buf)?, &ins[root], n)?;
+    let send = d.up(&if r == root { ins[r].clone() } else { Vec::new() })?;
+    let mut out = d.up(&poison::<T>(seed, c, r, count))?;
+    comm.broadcast_into(&send, &mut out, root).map_err(err)?;
+    compare(&what("broadcast_into"), &d.down(&out)?, &ins[root], n)?;
+
+    let all: Vec<T> = ins.concat();
+    let send = d.up(&ins[r])?;
+    let mut out = d.up(&poison::<T>(seed, c, r, n * count))?;
+    comm.all_gather(&send, &mut out).map_err(err)?;
+    compare(&what("all_gather"), &d.down(&out)?, &all, n)?;
+    let mut host = poison::<T>(seed, c + 1, r, n * count);
+    host[r * count..(r + 1) * count].copy_from_slice(&ins[r]);
+    let mut buf = d.up(&host)?;
+    comm.all_gather_in_place(&mut buf).map_err(err)?;
+    compare(&what("all_gather_in_place"), &d.down(&buf)?, &all, n)?;
+
+    let a2a: Vec<Vec<T>> = (0..n).map(|k| input(seed, c + 1_000_000, k, n * count, false)).collect();
+    let want: Vec<T> = (0..n).flat_map(|s| a2a[s][r * count..(r + 1) * count].to_vec()).collect();
+    let send = d.up(&a2a[r])?;
+    let mut out = d.up(&poison::<T>(seed, c, r, n * count))?;
+    comm.all_to_all(&send, &mut out).map_err(err)?;
+    compare(&what("all_to_all"), &d.down(&out)?, &want, n)?;
+    let mut buf = d.up(&a2a[r])?;
+    comm.all_to_all_in_place(&mut buf).map_err(err)?;
+    compare(&what("all_to_all_in_place"), &d.down(&buf)?, &want, n)?;
+
+    if n > 1 {
+        let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+        let send = d.up(&ins[r])?;
+        let mut got = d.up(&poison::<T>(seed, c, r, count))?;
+        if r.is_multiple_of(2) {
+            comm.send(&send, right).map_err(err)?;
+            comm.recv(&mut got, left).map_err(err)?;
+        } else {
+            comm.recv(&mut got, left).map_err(err)?;
+            comm.send(&send, right).map_err(err)?;
+        }
+        compare(&what("send/recv"), &d.down(&got)?, &ins[left], n)?;
+    }
+    Ok(())
+}
+
+/// Runs the device matrix on this rank, on `gpu` (one stream of its own).
+pub fn everything_on(g: &Group, gpu: &Gpu, seed: u64) -> Check {
+    let stream = gpu.stream().map_err(err)?;
+    let d = Dev { gpu, stream: &stream };
+    let mut call = 0;
+    for count in COUNTS {
+        reductions::<f32, Sum>(g, &d, seed, &mut call, count, true)?;
+        reductions::<f32, Sum>(g, &d, seed, &mut call, count, false)?;
+        reductions::<f64, Min>(g, &d, seed, &mut call, count, false)?;
+        reductions::<i32, Prod>(g, &d, seed, &mut call, count, true)?;
+        reductions::<u8, Sum>(g, &d, seed, &mut call, count, false)?;
+        reductions::<bf16, Sum>(g, &d, seed, &mut call, count, true)?;
+        reductions::<f16, Max>(g, &d, seed, &mut call, count, false)?;
+        reductions::<i64, BitXor>(g, &d, seed, &mut call, count, false)?;
+        reductions::<f64, Avg>(g, &d, seed, &mut call, count, false)?;
+        reductions::<i16, Avg>(g, &d, seed, &mut call, count, true)?;
+        reductions::<Moments, Sum>(g, &d, seed, &mut call, count, true)?;
+        reductions::<Moments, Min>(g, &d, seed, &mut call, count, true)?;
+        movements::<f32>(g, &d, seed, &mut call, count)?;
+        movements::<u16>(g, &d, seed, &mut call, count)?;
+        movements::<Moments>(g, &d, seed, &mut call, count)?;
+    }
+    g.barrier().map_err(err)
+}

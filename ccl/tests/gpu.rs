@@ -1,0 +1,200 @@
+//! Device buffers in the collectives, on an emulated GPU (this machine has
+//! none): every blocking collective × types × ring, tree and recursive
+//! doubling × 1..4 ranks sharing one GPU, against the host reference; and
+//! the bad input a GPU path gets. The emulation runs queued copies and
+//! kernels only when a stream is synchronised, so a missing wait shows as
+//! wrong data. The same matrix runs on a real GPU in integration/gpu/check.sh.
+
+mod common;
+
+use ccl::algo::Algo;
+use ccl::gpu::{DeviceBuffer, Gpu};
+use ccl::testing::{run_local, LocalJob};
+use ccl::{Config, ErrorKind, Sum};
+use common::gpu_matrix::everything_on;
+use common::seed;
+use std::time::Duration;
+
+fn matrix(algo: Option<Algo>) {
+    let seed = seed();
+    for n in [1, 2, 3, 4] {
+        let config = Config { algo, buffsize: 4096, timeout: Duration::from_secs(120), ..Config::default() };
+        let job = LocalJob::new(n).config(config);
+        for (rank, r) in job.run(|g| everything_on(&g, &Gpu::emulated(0), seed)).into_iter().enumerate() {
+            if let Err(e) = r {
+                panic!("algo {algo:?}, {n} ranks, rank {rank}: {e} (seed {seed})");
+            }
+        }
+    }
+}
+
+#[test]
+fn ring_on_device_buffers() {
+    matrix(Some(Algo::Ring));
+}
+
+#[test]
+fn tree_on_device_buffers() {
+    matrix(Some(Algo::Tree));
+}
+
+#[test]
+fn recursive_doubling_on_device_buffers() {
+    matrix(Some(Algo::RecursiveDoubling));
+}
+
+#[test]
+fn tuner_choice_on_device_buffers_with_a_gpu_per_rank() {
+    let seed = seed();
+    let job = LocalJob::new(3).config(Config { buffsize: 4096, ..Config::default() });
+    // ranks on GPUs 10, 11, 12 of this process: peers' slots are used in place
+    for r in job.run(|g| everything_on(&g, &Gpu::emulated(10 + g.rank()), seed)) {
+        r.unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+    }
+}
+
+#[test]
+fn host_and_device_buffers_in_one_call_are_an_error() {
+    let out = run_local(1, |g| -> ccl::Result<()> {
+        let gpu = Gpu::emulated(0);
+        let s = gpu.stream()?;
+        let mut dev = gpu.alloc::<f32>(4, &s)?;
+        let comm = g.typed::<f32>();
+        let e = comm.all_reduce_into(&[1.0f32; 4][..], &mut dev, Sum).expect_err("must fail");
+        assert!(matches!(e.kind(), ErrorKind::InvalidArgument(_)), "{e}");
+        assert!(e.to_string().contains("input buffer is host memory but the output buffer is device memory"), "{e}");
+        assert!(e.to_string().starts_with("rank 0, all_reduce #0"), "{e}");
+        let mut host = [0.0f32; 4];
+        let e = comm.all_reduce_into(&dev, &mut host, Sum).expect_err("must fail");
+        assert!(e.to_string().contains("input buffer is device memory but the output buffer is host memory"), "{e}");
+        Ok(())
+    });
+    out.into_iter().for_each(|r| r.expect("must succeed"));
+}
+
+#[test]
+fn a_host_pointer_posing_as_device_memory_is_an_error() {
+    run_local(1, |g| {
+        let gpu = Gpu::emulated(0);
+        let s = gpu.stream().expect("must succeed");
+        let mut host = vec![1.0f32; 8];
+        // SAFETY: the pointer is valid for 8 elements while `host` lives;
+        // ccl must refuse it as device memory rather than use it.
+        let mut fake = unsafe { DeviceBuffer::<f32>::from_raw(host.as_mut_ptr() as u64, 8, &s) };
+        let e = g.typed::<f32>().all_reduce(&mut fake, Sum).expect_err("must fail");
+        assert!(e.to_string().contains("GPU: the buffer is host memory, not device memory of emulated GPU 0"), "{e}");
+    });
+}
+
+#[test]
+fn buffers_on_another_gpu_than_the_first_call_are_an_error() {
+    run_local(2, |g| {
+        let comm = g.typed::<f32>();
+        let gpu0 = Gpu::emulated(20 + g.rank());
+        let s0 = gpu0.stream().expect("must succeed");
+        let mut a = gpu0.upload(&[1.0f32, 2.0], &s0).expect("must succeed");
+        comm.all_reduce(&mut a, Sum).expect("must succeed");
+        assert_eq!(a.to_vec().expect("must succeed"), [2.0, 4.0]);
+        let gpu1 = Gpu::emulated(30 + g.rank());
+        let s1 = gpu1.stream().expect("must succeed");
+        let mut b = gpu1.upload(&[1.0f32, 2.0], &s1).expect("must succeed");
+        let e = comm.all_reduce(&mut b, Sum).expect_err("must fail");
+        assert!(e.to_string().contains(&format!("this communicator runs on emulated GPU {}", 20 + g.rank())), "{e}");
+        // input and output on different GPUs
+        let mut out = gpu0.alloc::<f32>(2, &s0).expect("must succeed");
+        let e = comm.all_reduce_into(&b, &mut out, Sum).expect_err("must fail");
+        let want = format!(
+            "the input buffer is on emulated GPU {} but the output buffer is on emulated GPU {}",
+            30 + g.rank(),
+            20 + g.rank()
+        );
+        assert!(e.to_string().contains(&want), "{e}");
+    });
+}
+
+#[test]
+fn a_stream_of_another_context_is_an_error() {
+    let gpu0 = Gpu::emulated(40);
+    let gpu1 = Gpu::emulated(41);
+    let other = gpu1.stream().expect("must succeed");
+    // SAFETY: the raw stream outlives `wrong`; ccl must refuse it.
+    let wrong = unsafe { gpu0.wrap_stream(other.raw()) };
+    let e = gpu0.alloc::<f32>(4, &wrong).expect_err("must fail");
+    assert!(e.to_string().contains("is not a stream of emulated GPU 40"), "{e}");
+    let s0 = gpu0.stream().expect("must succeed");
+    let mut b = gpu0.alloc::<f32>(4, &s0).expect("must succeed");
+    assert!(b.set_stream(&wrong).is_err());
+    assert!(b.set_stream(&gpu0.stream().expect("must succeed")).is_ok());
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Odd;
+impl ccl::Op for Odd {
+    const NAME: &'static str = "odd";
+}
+impl ccl::ReduceOp<f32> for Odd {
+    fn combine(a: f32, b: f32) -> f32 {
+        a.max(b)
+    }
+}
+
+#[test]
+fn a_user_operator_on_device_buffers_is_an_error_and_on_host_works() {
+    run_local(2, |g| {
+        let comm = g.typed::<f32>();
+        let gpu = Gpu::emulated(50 + g.rank());
+        let s = gpu.stream().expect("must succeed");
+        let mut d = gpu.upload(&[g.rank() as f32], &s).expect("must succeed");
+        let e = comm.all_reduce(&mut d, Odd).expect_err("must fail");
+        assert!(e.to_string().contains("operator odd has no GPU kernel for f32"), "{e}");
+        let mut h = [g.rank() as f32];
+        comm.all_reduce(&mut h, Odd).expect("must succeed");
+        assert_eq!(h, [1.0]);
+    });
+}
+
+#[test]
+fn a_device_call_meeting_a_host_call_fails_on_both_sides() {
+    let config = Config { timeout: Duration::from_secs(20), ..Config::default() };
+    let out = LocalJob::new(2).config(config).run(|g| {
+        let comm = g.typed::<f32>();
+        if g.rank() == 0 {
+            let gpu = Gpu::emulated(60);
+            let s = gpu.stream().expect("must succeed");
+            let mut d = gpu.upload(&[1.0f32; 64], &s).expect("must succeed");
+            comm.all_reduce(&mut d, Sum).expect_err("must fail")
+        } else {
+            comm.all_reduce(&mut [1.0f32; 64], Sum).expect_err("must fail")
+        }
+    });
+    for e in out {
+        let m = e.to_string();
+        assert!(matches!(e.kind(), ErrorKind::Mismatch { .. } | ErrorKind::PeerLost { .. }), "{m}");
+        assert!(m.contains("all_reduce #0"), "{m}");
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn opening_a_gpu_without_the_feature_is_an_error() {
+    let e = Gpu::open(0).expect_err("must fail");
+    assert!(e.to_string().contains("built without feature `cuda`"), "{e}");
+}
+
+/// With the feature and no driver (this machine), an error and no panic.
+#[cfg(feature = "cuda")]
+#[test]
+fn opening_a_gpu_without_a_driver_is_an_error() {
+    if ccl_kernels_driver() {
+        eprintln!("SKIPPED: a CUDA driver is installed here");
+        return;
+    }
+    let e = Gpu::open(0).expect_err("must fail");
+    assert!(e.to_string().contains("no CUDA driver"), "{e}");
+    assert!(Gpu::for_local_rank(3).is_err());
+}
+
+#[cfg(feature = "cuda")]
+fn ccl_kernels_driver() -> bool {
+    ["libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"].iter().any(|p| std::path::Path::new(p).exists())
+}
