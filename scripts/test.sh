@@ -21,14 +21,19 @@ cargo test --workspace
 # ccl-perf with --backend mpi, then the MPI bootstrap and backend tests
 cargo build -p ccl-examples --features mpi --bin ccl-perf
 cargo test -p ccl-integration --features mpi --test mpi_feature
-# the CUDA kernels through NVRTC for sm_80 and sm_90 (no GPU needed)
+# the CUDA kernels, and the kernels of derived structs, through NVRTC for
+# sm_80 and sm_90 (no GPU needed); the GPU path's host side on emulated GPUs
+# runs in `cargo test --workspace` above
 eval "$(scripts/deps.sh cuda)"
-cargo clippy -p ccl-kernels --all-targets --features cuda -q -- -D warnings
+cargo clippy --workspace --all-targets --features ccl-kernels/cuda,ccl/cuda,ccl-integration/cuda,ccl-examples/cuda -q -- -D warnings
 cargo test -p ccl-kernels --features cuda --lib cuda
+cargo test -p ccl --features cuda --test gpu_codegen --test gpu
 # the GPU check's host half: built, and without a driver it says so (exit 2)
-cargo build -q -p ccl-kernels --features cuda --bin ccl-gpu-check
+cargo build -q -p cclrun -p ccl-kernels -p ccl-integration -p ccl-examples \
+    --features ccl-kernels/cuda,ccl-integration/cuda,ccl-examples/cuda \
+    --bin cclrun --bin ccl-gpu-check --bin gpu_matrix --bin ccl-perf
 set +e
-gpu=$(CCL_GPU_CHECK=target/debug/ccl-gpu-check integration/gpu/check.sh 2>&1)
+gpu=$(CCL_GPU_BIN_DIR=target/debug integration/gpu/check.sh 2>&1)
 rc=$?
 set -e
 if [ "$rc" -ne 2 ] || ! grep -q "no CUDA driver" <<<"$gpu"; then

@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# The GPU check, for a machine with a GPU (CUDA driver; no Rust needed).
+# The GPU check, for a machine with a GPU (CUDA driver; no Rust or network needed).
 # Build here, carry the tree (with target/release and .cache/cuda) there:
-#   cargo build --release -p ccl-kernels --features cuda --bin ccl-gpu-check
-#   eval "$(scripts/deps.sh cuda)"      # NVRTC + headers, if the GPU machine lacks a toolkit
+#   integration/gpu/check.sh --build     # cargo build --release of the four binaries with feature cuda
+#   eval "$(scripts/deps.sh cuda)"       # NVRTC + headers, if the GPU machine lacks a toolkit
 # then, on the GPU machine, from the repository root:
 #   integration/gpu/check.sh
-# It runs every CUDA kernel (copy, reduce, fused receive-reduce-send; every
-# type and operator) on GPU 0 against a host reference on fresh random data
-# with poisoned outputs, measures device-to-device copy bandwidth, and prints
-# the table last. Well under 8 minutes. Exit 0: all right; 1: wrong
-# elements; 2: no driver, no GPU, or NVRTC missing (a clear message).
-set -euo pipefail
+# Steps (each under its own time limit; the whole well under 8 minutes):
+#  1. ccl-gpu-check: every CUDA kernel (copy, reduce, fused receive-reduce-send;
+#     every type and operator) against a host reference on fresh random data,
+#     outputs poisoned; device-to-device copy bandwidth (the ceiling).
+#  2. gpu_matrix under cclrun with 1, 2 and 4 ranks sharing GPU 0 (CUDA IPC
+#     between the processes), and 2 ranks staged over tcp: every blocking
+#     collective × types × counts on device buffers against the host reference.
+#  3. ccl-perf all_reduce on device buffers, 2 and 4 ranks.
+# Prints a short table last. Exit 0: all right; 1: something wrong;
+# 2: no driver, no GPU, or binaries/NVRTC missing (a clear message).
+set -uo pipefail
 cd "$(dirname "$0")/../.."
-bin=${CCL_GPU_CHECK:-target/release/ccl-gpu-check}
-[ -x "$bin" ] || { echo "check.sh: $bin missing: cargo build --release -p ccl-kernels --features cuda --bin ccl-gpu-check" >&2; exit 2; }
+bins=${CCL_GPU_BIN_DIR:-target/release}
+if [ "${1:-}" = "--build" ]; then
+    exec cargo build --release -p cclrun -p ccl-kernels -p ccl-integration -p ccl-examples \
+        --features ccl-kernels/cuda,ccl-integration/cuda,ccl-examples/cuda \
+        --bin cclrun --bin ccl-gpu-check --bin gpu_matrix --bin ccl-perf
+fi
+for b in ccl-gpu-check gpu_matrix ccl-perf cclrun; do
+    [ -x "$bins/$b" ] || { echo "check.sh: $bins/$b missing: run integration/gpu/check.sh --build first" >&2; exit 2; }
+done
 # NVRTC and the headers: the CUDA toolkit's, else PyPI's in .cache/cuda
 for d in .cache/cuda/nvidia/cuda_nvrtc/lib /usr/local/cuda/lib64; do
     if [ -d "$d" ]; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
@@ -26,4 +38,54 @@ fi
 if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 fi
-exec timeout 480 "$bin"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+summary=()
+fail=0
+
+# 1. the kernels (exit 2 here means no driver or GPU: nothing else can run)
+timeout 120 "$bins/ccl-gpu-check" | tee "$out/kernels"
+rc=${PIPESTATUS[0]}
+if [ "$rc" -eq 2 ]; then exit 2; fi
+[ "$rc" -eq 0 ] || fail=1
+summary+=("kernels: $(grep -o 'wrong elements in all: .*' "$out/kernels" || echo "exit $rc")")
+summary+=("$(grep -o 'device-to-device copy: .*' "$out/kernels" || echo 'device-to-device copy: not measured')")
+
+# 2. the collectives on device buffers, ranks sharing the GPU
+matrix() {
+    local label=$1
+    shift
+    local t0=$SECONDS
+    timeout 150 "$bins/cclrun" "$@" -x CCL_BUFFSIZE=65536 -x CCL_TIMEOUT=60 "$bins/gpu_matrix" >"$out/m" 2>&1
+    local rc=$? ok
+    ok=$(grep -c "all device collectives correct" "$out/m")
+    tail -n 3 "$out/m"
+    [ "$rc" -eq 0 ] || fail=1
+    summary+=("$(printf 'matrix %-22s exit %d, %d ranks correct, %d s' "$label" "$rc" "$ok" $((SECONDS - t0)))")
+}
+matrix "1 rank" -np 1
+matrix "2 ranks (IPC)" -np 2
+matrix "4 ranks (IPC)" -np 4
+matrix "2 ranks (tcp staged)" -np 2 -x CCL_SHM_DISABLE=1
+
+# 3. bandwidth on device buffers
+perf() {
+    local np=$1
+    timeout 120 "$bins/cclrun" -np "$np" -x CCL_BUFFSIZE=16M "$bins/ccl-perf" --device cuda \
+        -b 8 -e 256M -f 16 -n 10 -w 3 >"$out/p$np" 2>&1
+    local rc=$?
+    cat "$out/p$np"
+    [ "$rc" -eq 0 ] || fail=1
+    summary+=("ccl-perf all_reduce np $np: exit $rc; busbw (GB/s) by size:")
+    while read -r size _ _ _ _ _ _ busbw _; do
+        summary+=("$(printf '    %12s B  %8s' "$size" "$busbw")")
+    done < <(grep -E '^ +[0-9]+ ' "$out/p$np")
+}
+perf 2
+perf 4
+
+echo
+echo "# ccl GPU check summary"
+printf '%s\n' "${summary[@]}"
+echo "# result: $([ $fail -eq 0 ] && echo OK || echo FAILED)"
+exit $fail

@@ -12,7 +12,8 @@ mod mpi;
 mod socket;
 mod table;
 
-use ccl::{Avg, Communicator, Group, Max, Min, Prod, Reduce, ReduceOp, Sum};
+use ccl::gpu::{Gpu, Stream};
+use ccl::{Avg, Buffer, BufferMut, Communicator, Group, Max, Min, Prod, Reduce, ReduceOp, Sum};
 use clap::Parser;
 use half::{bf16, f16};
 use std::time::Instant;
@@ -64,6 +65,10 @@ struct Args {
     /// socket (raw TCP between ranks 0 and 1, the yardstick for ccl's TCP transport)
     #[arg(long, default_value = "ccl")]
     backend: String,
+    /// Where the buffers live: host; cuda (GPU local_rank % GPUs; needs feature cuda);
+    /// emulated (host memory posing as a GPU: exercises the device path without one)
+    #[arg(long, default_value = "host")]
+    device: String,
 }
 
 fn bytes(s: &str) -> Result<usize, String> {
@@ -150,6 +155,7 @@ struct Bench<'a, T: Elem, O: ReduceOp<T>> {
     a: &'a Args,
     coll: Coll,
     op: O,
+    gpu: Option<(Gpu, Stream)>,
 }
 
 impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
@@ -164,7 +170,11 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         }
     }
 
-    fn call(&self, input: &[T], output: &mut [T], in_place: bool) -> ccl::Result<()> {
+    fn call<I, Out>(&self, input: &I, output: &mut Out, in_place: bool) -> ccl::Result<()>
+    where
+        I: Buffer<T> + ?Sized,
+        Out: BufferMut<T> + ?Sized,
+    {
         let (c, root, op) = (&self.comm, self.a.root, self.op);
         match (self.coll, in_place) {
             (Coll::AllReduce, false) => c.all_reduce_into(input, output, op),
@@ -233,19 +243,36 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         let (li, lo) = self.lens(count);
         let mut input = vec![T::zeroed(); li];
         let mut output = vec![T::zeroed(); if in_place { li.max(lo) } else { lo }];
-        let mut wrong = 0;
-        if self.a.check != 0 {
+        let check = self.a.check != 0;
+        if check {
             self.fill(count, &mut input, &mut output, in_place);
-            self.call(&input, &mut output, in_place)?;
-            wrong = self.wrong(count, &output, in_place);
         }
+        let Some((gpu, stream)) = &self.gpu else {
+            if check {
+                self.call(&input, &mut output, in_place)?;
+            }
+            let wrong = if check { self.wrong(count, &output, in_place) } else { 0 };
+            return self.timed(bytes, wrong, || self.call(&input, &mut output, in_place));
+        };
+        let din = gpu.upload(&input, stream)?;
+        let mut dout = gpu.upload(&output, stream)?;
+        if check {
+            self.call(&din, &mut dout, in_place)?;
+            dout.copy_to_host(&mut output)?;
+        }
+        let wrong = if check { self.wrong(count, &output, in_place) } else { 0 };
+        self.timed(bytes, wrong, || self.call(&din, &mut dout, in_place))
+    }
+
+    /// Times `call` (warm-up first); the slowest rank's time and the wrong elements of all ranks.
+    fn timed(&self, bytes: usize, wrong: u64, mut call: impl FnMut() -> ccl::Result<()>) -> ccl::Result<Mode> {
         for _ in 0..self.a.warmup {
-            self.call(&input, &mut output, in_place)?;
+            call()?;
         }
         self.g.barrier()?;
         let t = Instant::now();
         for _ in 0..self.a.iters.max(1) {
-            self.call(&input, &mut output, in_place)?;
+            call()?;
         }
         let mut secs = [t.elapsed().as_secs_f64() / self.a.iters.max(1) as f64];
         self.g.typed::<f64>().all_reduce(&mut secs, Max)?;
@@ -309,12 +336,24 @@ where
     Avg: ReduceOp<T>,
 {
     let comm = g.typed::<T>();
+    let gpu = match a.device.as_str() {
+        "host" => None,
+        d => {
+            let local = std::env::var("CCL_LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(g.rank());
+            let gpu = if d == "emulated" { Gpu::emulated(local) } else { Gpu::for_rank(g)? };
+            let stream = gpu.stream()?;
+            if g.rank() == 0 {
+                println!("# buffers on {} (rank 0; each rank: local rank % GPUs)", gpu.describe());
+            }
+            Some((gpu, stream))
+        }
+    };
     match a.op.as_str() {
-        "sum" => Bench { comm, g, a, coll, op: Sum }.sweep(),
-        "prod" => Bench { comm, g, a, coll, op: Prod }.sweep(),
-        "min" => Bench { comm, g, a, coll, op: Min }.sweep(),
-        "max" => Bench { comm, g, a, coll, op: Max }.sweep(),
-        "avg" => Bench { comm, g, a, coll, op: Avg }.sweep(),
+        "sum" => Bench { comm, g, a, coll, op: Sum, gpu }.sweep(),
+        "prod" => Bench { comm, g, a, coll, op: Prod, gpu }.sweep(),
+        "min" => Bench { comm, g, a, coll, op: Min, gpu }.sweep(),
+        "max" => Bench { comm, g, a, coll, op: Max, gpu }.sweep(),
+        "avg" => Bench { comm, g, a, coll, op: Avg, gpu }.sweep(),
         o => Err(ccl::Error::new(ccl::ErrorKind::InvalidArgument(format!("unknown op {o:?}")))),
     }
 }
@@ -366,6 +405,10 @@ fn main() -> ccl::Result<()> {
             eprintln!("ccl-perf: unknown backend {b:?} (ccl, mpi, socket)");
             std::process::exit(2);
         }
+    }
+    if !matches!(a.device.as_str(), "host" | "cuda" | "emulated") {
+        eprintln!("ccl-perf: unknown device {:?} (host, cuda, emulated)", a.device);
+        std::process::exit(2);
     }
     if let Some(algo) = &a.algo {
         // before init, while this process has one thread
