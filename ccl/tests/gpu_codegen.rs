@@ -9,13 +9,9 @@ use ccl::gpu::codegen;
 use ccl::gpu::Kernels;
 use ccl::{Max, Min, Reduce, Sum};
 
-#[derive(Clone, Copy, Debug, PartialEq, Reduce)]
-struct Moments {
-    n: u64,
-    sum: f64,
-    #[reduce(max)]
-    peak: f32,
-}
+mod common;
+
+use common::matrix::Moments;
 
 #[derive(Clone, Copy, Debug, PartialEq, Reduce)]
 struct Inner(u32, #[reduce(min)] i16);

@@ -263,11 +263,10 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             },
             None => None,
         };
-        if self.gpu.is_some() {
+        let local = if self.gpu.is_some() {
             let local = matches!(st, Step::Copy { .. } | Step::Reduce { .. });
-            let at = |g: Region| self.layout.resolve(Region::new(g.buf, g.off + off, n));
             // a local step covers its whole region at once, a slot step one slot of it
-            let (src, dst, n) = match st {
+            let (src, dst, elems) = match st {
                 Step::Copy { src, dst } | Step::Reduce { src, dst } => {
                     let d = self.layout.resolve(dst);
                     (Some(self.layout.resolve(src)), Some(d), d.len)
@@ -280,21 +279,36 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 si,
                 ri,
             };
-            self.gpu_step(st, src, dst, n, io, conns)?;
-            if let Some(si) = si {
-                conns.send_at(si).post(n * size, &self.fp);
-            }
-            if let Some(ri) = ri {
-                conns.recv_at(ri).release();
-            }
-            let slots = len.div_ceil(se).max(1);
-            self.pcs[c] = if local || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
-            return Ok(true);
+            self.gpu_step(st, src, dst, elems, io, conns)?;
+            local
+        } else {
+            self.host_step(st, at, incoming, outgoing, n)
+        };
+        if let Some(si) = si {
+            conns.send_at(si).post(n * size, &self.fp);
         }
+        if let Some(ri) = ri {
+            conns.recv_at(ri).release();
+        }
+        let slots = len.div_ceil(se).max(1);
+        self.pcs[c] = if local || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
+        Ok(true)
+    }
+
+    /// One step on host memory; whether it was a local one.
+    #[inline]
+    fn host_step(
+        &self,
+        st: Step,
+        at: impl Fn(Region) -> Region,
+        incoming: Option<*const T>,
+        outgoing: Option<*mut T>,
+        n: usize,
+    ) -> bool {
         // Why the slices below are sound: regions were validated against
         // their buffers in `new`, and fused operands are identical (the
         // `s == d` branches use one slice) or disjoint; a peeked slot holds
-        // `n` elements (checked above) and is ours until released; a
+        // `n` elements (checked in `step`) and is ours until released; a
         // reserved slot holds at least `slot_elems ≥ n` elements (checked in
         // `new`) and is ours until posted; slots are 64-byte aligned and T's
         // alignment is at most 64; every bit pattern is a valid T.
@@ -351,15 +365,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 local = true;
             }
         }
-        if let Some(si) = si {
-            conns.send_at(si).post(n * size, &self.fp);
-        }
-        if let Some(ri) = ri {
-            conns.recv_at(ri).release();
-        }
-        let slots = len.div_ceil(se).max(1);
-        self.pcs[c] = if local || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
-        Ok(true)
+        local
     }
 }
 

@@ -95,3 +95,22 @@ pub fn seed() -> u64 {
     eprintln!("seed {s} (CCL_TEST_SEED={s} replays it)");
     s
 }
+
+/// For a rank started by cclrun: its world (exits 2 if init fails) and
+/// the seed rank 0 drew (or took from `CCL_TEST_SEED`), broadcast to all.
+pub fn world_and_seed() -> (ccl::Group, u64) {
+    let g = match ccl::init() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("init: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut seed =
+        [std::env::var("CCL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>)];
+    if let Err(e) = g.typed::<u64>().broadcast(&mut seed, 0) {
+        eprintln!("seed broadcast: {e}");
+        std::process::exit(1);
+    }
+    (g, seed[0])
+}

@@ -13,33 +13,20 @@ mod common;
 use ccl::gpu::Gpu;
 
 fn main() {
-    let g = match ccl::init() {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("init: {e}");
-            std::process::exit(2);
-        }
-    };
+    let (g, seed) = common::world_and_seed();
     let local = std::env::var("CCL_LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(g.rank());
-    let gpu =
-        if std::env::args().any(|a| a == "--emulated") { Ok(Gpu::emulated(local)) } else { Gpu::for_local_rank(local) };
-    let gpu = match gpu {
+    let emulated = std::env::args().any(|a| a == "--emulated");
+    let gpu = match if emulated { Ok(Gpu::emulated(local)) } else { Gpu::for_rank(&g) } {
         Ok(gpu) => gpu,
         Err(e) => {
             eprintln!("rank {}: {e}", g.rank());
             std::process::exit(2);
         }
     };
-    let mut seed =
-        [std::env::var("CCL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>)];
-    if let Err(e) = g.typed::<u64>().broadcast(&mut seed, 0) {
-        eprintln!("seed broadcast: {e}");
-        std::process::exit(1);
-    }
-    match common::gpu_matrix::everything_on(&g, &gpu, seed[0]) {
+    match common::gpu_matrix::everything_on(&g, &gpu, seed) {
         Ok(()) => println!("rank {} of {} on {}: all device collectives correct", g.rank(), g.size(), gpu.describe()),
         Err(e) => {
-            eprintln!("rank {}: {e} (CCL_TEST_SEED={})", g.rank(), seed[0]);
+            eprintln!("rank {}: {e} (CCL_TEST_SEED={seed})", g.rank());
             std::process::exit(1);
         }
     }
