@@ -244,3 +244,37 @@ fn sigusr1_makes_a_stuck_rank_print_what_it_waits_for() {
     assert!(dumped.starts_with("ccl: rank 0 on SIGUSR1: all_reduce #0 pending for "), "{dumped}");
     assert!(dumped.contains("waiting to receive from rank 1"), "{dumped}");
 }
+
+/// SIGTERM while cclrun is still starting a large job: it stops starting
+/// ranks, ends those started, removes the job's shm files and exits 143.
+#[test]
+fn a_signal_while_ranks_start_ends_the_job_cleanly() {
+    let mut c = Command::new(cclrun())
+        .args(["-np", "600", "--oversubscribe", FAULT, "hang"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start cclrun");
+    std::thread::sleep(Duration::from_millis(400));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let st = c.wait().expect("wait");
+    assert_eq!(st.code(), Some(143));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let fault_procs = || {
+        std::fs::read_dir("/proc")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        std::fs::read_to_string(e.path().join("cmdline"))
+                            .is_ok_and(|c| c.starts_with(FAULT) && c.contains("hang"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    while fault_procs() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(fault_procs(), 0, "ranks outlived the job");
+}

@@ -67,7 +67,8 @@ pub fn main() -> i32 {
     ccl::transport::shm::Shm::sweep_stale();
     let (tx, rx) = mpsc::channel::<Input>();
     let (ev_tx, ev_rx) = mpsc::channel::<Event>();
-    let ranks = match spawn::spawn(&job, &program, &ev_tx) {
+    // the agent's own start is short (one host's ranks); cclrun's signals arrive once it runs
+    let ranks = match spawn::spawn(&job, &program, &ev_tx, &|| false) {
         Ok(r) => r,
         Err(e) => {
             send(&mut out, &Msg::Fail(e));

@@ -176,12 +176,22 @@ pub fn run(spec: &Spec) -> i32 {
                 let job = hosts::host_job(spec, h, &id, false);
                 let (etx, erx) = mpsc::channel();
                 let program = local_program.as_deref().unwrap_or(std::path::Path::new(&spec.program));
-                match spawn::spawn(&job, program, &etx) {
+                let stop = || SIGNAL.load(Ordering::SeqCst) != 0;
+                match spawn::spawn(&job, program, &etx, &stop) {
                     Ok(r) => ctl.push(Control::Local(r)),
                     Err(e) => {
-                        eprintln!("cclrun: {e}");
                         kill(&ctl, libc::SIGKILL);
-                        return 127;
+                        spawn::remove_shm_files(&id.job_tag());
+                        return match SIGNAL.load(Ordering::SeqCst) {
+                            0 => {
+                                eprintln!("cclrun: {e}");
+                                127
+                            }
+                            sig => {
+                                eprintln!("cclrun: got {} while starting ranks: {e}; ending the job", signal_name(sig));
+                                128 + sig
+                            }
+                        };
                     }
                 }
                 let tx = tx.clone();

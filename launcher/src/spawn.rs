@@ -76,12 +76,18 @@ fn status_of(st: std::process::ExitStatus) -> Status {
 }
 
 /// Starts every rank of `job` with `program` (already resolved); events go
-/// to `tx`. On a failure to start, the ranks already started are killed.
-pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>) -> Result<Ranks, String> {
+/// to `tx`. On a failure to start, or when `stop()` says so before a rank
+/// (a signal to the launcher), the ranks already started are killed.
+pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>, stop: &dyn Fn() -> bool) -> Result<Ranks, String> {
     let live = Arc::new(Mutex::new(Vec::with_capacity(job.ranks.len())));
     let ranks = Ranks { live: live.clone() };
     let parent = std::process::id() as libc::pid_t;
     for r in &job.ranks {
+        if stop() {
+            // interrupted while starting many ranks: end the ones started
+            ranks.signal(libc::SIGKILL);
+            return Err(format!("interrupted after starting {} of {} ranks", r.local_rank, job.ranks.len()));
+        }
         let mut cmd = Command::new(program);
         cmd.args(&job.args)
             .envs(job.env.iter().map(|(k, v)| (k, v)))
