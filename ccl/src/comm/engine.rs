@@ -13,7 +13,7 @@ use crate::exec::{Conns, Exec};
 use crate::op::ReduceOp;
 use crate::transport::doorbell::Backoff;
 use crate::Reduce;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +45,9 @@ pub fn install_dump_on_sigusr1() {
         }
     }
 }
+
+/// Idle spins between two reads of the clock while waiting.
+const CLOCK_EVERY: u32 = 16;
 
 /// A call the engine can drive.
 pub(crate) trait Pending: Send {
@@ -131,8 +134,8 @@ impl Engine {
             conns,
             rank,
             queue: Vec::new(),
-            results: HashMap::new(),
-            detached: HashSet::new(),
+            results: HashMap::default(),
+            detached: HashSet::default(),
             next: 0,
             broken: None,
             spins,
@@ -247,11 +250,16 @@ impl Engine {
     /// Drives the queue until call `id` has finished; its result.
     pub fn wait(&mut self, id: u64) -> Result<()> {
         let mut backoff = Backoff::with_spins(self.spins);
-        let mut next_note = Instant::now() + Duration::from_secs(10);
-        let mut next_check = Instant::now();
+        // The clock is read only once the call has been idle a while (every
+        // CLOCK_EVERY spins, and before every yield or sleep): a call that
+        // completes while spinning never pays for it.
+        let mut timers: Option<(Instant, Instant)> = None; // next "still waiting" note, next peer check
+        let mut idle: u32 = 0;
         loop {
-            if let Some(r) = self.results.remove(&id) {
-                return r;
+            if !self.results.is_empty() {
+                if let Some(r) = self.results.remove(&id) {
+                    return r;
+                }
             }
             if self.aborted.load(Ordering::SeqCst) && !self.queue.is_empty() {
                 self.fail(0, Error::new(ErrorKind::Aborted));
@@ -262,40 +270,46 @@ impl Engine {
                 self.dumps_seen = dumps;
                 self.dump("on SIGUSR1");
             }
-            if self.chatty && Instant::now() >= next_note {
-                next_note += Duration::from_secs(10);
-                self.dump("still waiting");
-            }
             let seen = self.conns.bell().seq();
             if self.progress() {
                 backoff.reset();
+                idle = 0;
                 continue;
             }
-            // stuck: is someone we wait on gone? (then one more pass, in case
-            // it posted its last data just before leaving). Asked at most
-            // every PEER_CHECK, so spinning stays cheap.
-            let now = Instant::now();
-            if now >= next_check {
-                next_check = now + PEER_CHECK;
-                if let Err(e) = self.check_peers() {
-                    if !self.progress() && !self.queue.is_empty() {
-                        self.fail(0, e);
+            idle = idle.wrapping_add(1);
+            if !backoff.spinning() || idle.is_multiple_of(CLOCK_EVERY) {
+                let now = Instant::now();
+                let (next_note, next_check) = timers.get_or_insert((now + Duration::from_secs(10), now));
+                if self.chatty && now >= *next_note {
+                    *next_note += Duration::from_secs(10);
+                    self.dump("still waiting");
+                }
+                // stuck: is someone we wait on gone? (then one more pass, in
+                // case it posted its last data just before leaving). Asked at
+                // most every PEER_CHECK, so spinning stays cheap.
+                if now >= *next_check {
+                    *next_check = now + PEER_CHECK;
+                    if let Err(e) = self.check_peers() {
+                        if !self.progress() && !self.queue.is_empty() {
+                            self.fail(0, e);
+                        }
+                        continue;
                     }
-                    continue;
+                }
+                // the oldest call's deadline: it is the one everything waits behind
+                if let Some(first) = self.queue.first() {
+                    if now >= first.deadline {
+                        let secs = now.duration_since(first.started).as_secs_f64();
+                        let waiting = first.op.waiting();
+                        self.fail(0, Error::new(ErrorKind::Timeout { secs, waiting }));
+                        continue;
+                    }
                 }
             }
             let Some(i) = self.queue.iter().position(|e| e.id == id) else {
                 return Err(Error::internal(format!("no call {id} in flight")));
             };
-            // the oldest call's deadline: it is the one everything waits behind
-            let first = &self.queue[0];
-            if now >= first.deadline {
-                let secs = now.duration_since(first.started).as_secs_f64();
-                let waiting = first.op.waiting();
-                self.fail(0, Error::new(ErrorKind::Timeout { secs, waiting }));
-                continue;
-            }
-            let deadline = self.queue[i].deadline.min(first.deadline);
+            let deadline = self.queue[i].deadline.min(self.queue[0].deadline);
             let conns = &self.conns;
             backoff.snooze(deadline, |d| conns.sleep(seen, d));
         }

@@ -5,19 +5,18 @@ use super::buffer::Place;
 use super::engine::{CallOp, Engine};
 use super::request::Request;
 use super::typed::Communicator;
-use crate::algo::schedule::Schedule;
 use crate::algo::{self, Algo, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::fingerprint::Fingerprint;
-use crate::exec::{Conns, DevCall, Exec, Plan};
+use crate::exec::{Checked, Conns, DevCall, Exec, Plan};
 use crate::gpu::{Kernels, Stream};
 use crate::op::ReduceOp;
 use crate::topo::Hosts;
 use crate::transport::doorbell::Backoff;
 use crate::transport::Registry;
 use crate::{tune, BitOr, Reduce};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -41,7 +40,7 @@ pub(crate) struct Inner {
     pub tuner: tune::Tuner,
     /// Schedules made so far, by what determines them: a repeated call
     /// reuses its schedule instead of generating it again.
-    plans: Mutex<HashMap<PlanKey, Arc<Schedule>>>,
+    plans: Mutex<HashMap<PlanKey, Arc<Checked>>>,
     endpoints: Arc<[usize]>,
     registry: Arc<Registry>,
     seq: AtomicU64,
@@ -106,7 +105,7 @@ impl Group {
             hosts,
             config,
             tuner: tune::Tuner::new(crate::sim::Model::DEFAULT.with_cores(cores), rank == 0),
-            plans: Mutex::new(HashMap::new()),
+            plans: Mutex::new(HashMap::default()),
             endpoints,
             registry,
             seq: AtomicU64::new(0),
@@ -193,22 +192,24 @@ impl Group {
             in_place: call.in_place,
             hosts: &inner.hosts,
         };
+        // the key determines the layout too (size and rank are the group's)
         let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
         let cached = inner.plans.lock().ok().and_then(|p| p.get(&key).cloned());
-        let sched = match cached {
-            Some(s) => s,
+        let checked = match cached {
+            Some(c) => c,
             None => {
-                let s = Arc::new(algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?);
+                let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
+                let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
+                let c = Arc::new(Checked::new(s, layout)?);
                 if let Ok(mut p) = inner.plans.lock() {
                     if p.len() >= MAX_PLANS {
                         p.clear();
                     }
-                    p.insert(key, Arc::clone(&s));
+                    p.insert(key, Arc::clone(&c));
                 }
-                s
+                c
             }
         };
-        let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_name = call.coll.reduces().then_some(O::NAME);
@@ -219,7 +220,7 @@ impl Group {
         // a device call must not meet a host call: their types differ in the fingerprint
         let type_name = if device.is_some() { format!("{}@gpu", T::NAME) } else { T::NAME.to_string() };
         let fp = Fingerprint::new(call.coll, std::mem::size_of::<T>(), &type_name, op_name, call.count, call.root, seq);
-        let plan = Plan { sched, layout, slot_elems: choice.slot_elems, channel_base: base, fp, device };
+        let plan = Plan { checked, slot_elems: choice.slot_elems, channel_base: base, fp, device };
         self.with_engine(|eng| {
             eng.check_usable()?;
             // SAFETY: forwarded from this function's contract.

@@ -4,7 +4,7 @@ use super::device::{DevRecv, DevSend};
 use crate::error::{Error, Result};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::{ConnKey, RecvConn, Registry, SendConn};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// The connections of one communicator on this rank.
@@ -40,9 +40,9 @@ impl Conns {
             me,
             endpoints,
             slot_bytes,
-            send_idx: HashMap::new(),
+            send_idx: HashMap::default(),
             sends: Vec::new(),
-            recv_idx: HashMap::new(),
+            recv_idx: HashMap::default(),
             recvs: Vec::new(),
             dsends: Vec::new(),
             drecvs: Vec::new(),

@@ -52,12 +52,28 @@ struct OnGpu {
 // `Exec` is tied to the thread that created it.
 unsafe impl<T: Reduce, O: ReduceOp<T>> Send for Exec<T, O> {}
 
+/// A schedule proven to fit a layout (every region inside its buffer,
+/// fused operands identical or disjoint): checked once, then reused by
+/// every call with the same shape.
+#[derive(Debug)]
+pub struct Checked {
+    sched: std::sync::Arc<Schedule>,
+    layout: Layout,
+}
+
+impl Checked {
+    /// Checks `sched` against `layout`.
+    pub fn new(sched: Schedule, layout: Layout) -> Result<Self> {
+        validate(&sched, &layout)?;
+        Ok(Checked { sched: std::sync::Arc::new(sched), layout })
+    }
+}
+
 /// What one call runs, apart from its buffers.
 pub struct Plan {
-    /// This rank's schedule (shared: plans are cached and reused).
-    pub sched: std::sync::Arc<Schedule>,
-    /// How input and output map onto memory.
-    pub layout: Layout,
+    /// This rank's schedule and how input and output map onto memory
+    /// (shared: plans are cached and reused).
+    pub checked: std::sync::Arc<Checked>,
     /// Elements per slot.
     pub slot_elems: usize,
     /// The first connection channel the schedule's channels map to.
@@ -80,7 +96,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { sched, layout, slot_elems, channel_base, fp, device } = plan;
+        let Plan { checked, slot_elems, channel_base, fp, device } = plan;
+        let (sched, layout) = (std::sync::Arc::clone(&checked.sched), checked.layout);
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
             return Err(Error::new(ErrorKind::Unsupported(format!(
@@ -89,7 +106,6 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 std::mem::align_of::<T>()
             ))));
         }
-        validate(&sched, &layout)?;
         let mut links = Vec::with_capacity(sched.channels.len());
         for (c, ch) in sched.channels.iter().enumerate() {
             let channel = channel_base + c as u32;

@@ -132,6 +132,11 @@ impl Backoff {
         self.step = 0;
     }
 
+    /// Whether the next [`snooze`](Self::snooze) only spins.
+    pub fn spinning(&self) -> bool {
+        self.step < self.spins
+    }
+
     /// Waits a little longer than last time: spins, then yields, then
     /// calls `sleep` with how long it may sleep (never past `deadline`).
     pub fn snooze(&mut self, deadline: Instant, sleep: impl FnOnce(Duration)) {

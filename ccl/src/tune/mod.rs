@@ -20,7 +20,7 @@ use crate::algo::{Algo, Coll};
 use crate::config::{Config, LogLevel, NSLOTS};
 use crate::sim::{simulate, Model};
 use crate::topo::Hosts;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Mutex;
 
 /// What a call will run.
@@ -68,7 +68,12 @@ impl Tuner {
     /// A tuner that predicts with `model`; a `loud` one reports its choices
     /// under `CCL_DEBUG=INFO`.
     pub fn new(model: Model, loud: bool) -> Self {
-        Tuner { loud, model: Mutex::new(model), rules: Mutex::new(Rules::default()), memo: Mutex::new(HashMap::new()) }
+        Tuner {
+            loud,
+            model: Mutex::new(model),
+            rules: Mutex::new(Rules::default()),
+            memo: Mutex::new(HashMap::default()),
+        }
     }
 
     /// The model it predicts with.
@@ -86,6 +91,8 @@ impl Tuner {
     /// Consults `rules` before the model from now on.
     pub fn set_rules(&self, rules: Rules) {
         *self.rules.lock().unwrap_or_else(|p| p.into_inner()) = rules;
+        // choices made before came without these rules
+        self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
@@ -106,16 +113,15 @@ impl Tuner {
                 let class = size_class(count.saturating_mul(elem));
                 let key = (coll, elem, class);
                 let memo = self.memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
-                let ruled = self.rules.lock().unwrap_or_else(|p| p.into_inner()).get(
-                    coll,
-                    hosts.nranks(),
-                    hosts.groups().len(),
-                    class,
-                );
-                match memo.or(ruled) {
+                match memo {
                     Some(a) => a,
                     None => {
-                        let a = self.predict_best(coll, count, elem, channels, chunk, hosts, cfg);
+                        // a rule from CCL_TUNE_FILE first, else the model; either is remembered
+                        let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+                        let ruled = rules.get(coll, hosts.nranks(), hosts.groups().len(), class);
+                        drop(rules);
+                        let a =
+                            ruled.unwrap_or_else(|| self.predict_best(coll, count, elem, channels, chunk, hosts, cfg));
                         self.memo.lock().unwrap_or_else(|p| p.into_inner()).insert(key, a);
                         a
                     }
