@@ -270,7 +270,9 @@ impl Engine {
                 self.dumps_seen = dumps;
                 self.dump("on SIGUSR1");
             }
-            let seen = self.conns.bell().seq();
+            // the bell's count matters only to a sleep that may follow: while
+            // spinning, leave its cache line to the peers that ring it
+            let seen = if backoff.spinning() { 0 } else { self.conns.bell().seq() };
             if self.progress() {
                 backoff.reset();
                 idle = 0;
