@@ -2,12 +2,13 @@
 //! that this module hands out and recognises, streams are queues that run
 //! only when synchronised (so a copy or kernel the caller forgot to wait
 //! for has not happened yet, as on a GPU), and kernels run as the host
-//! functions of [`Kernels`]. IPC handles work between threads of one
-//! process, the way several ranks share one GPU.
+//! functions of [`Kernels`]. Each allocation is a memfd mapped shared,
+//! so an IPC handle (process id, descriptor, length) lets another process
+//! of this host map it through `/proc/<pid>/fd/<fd>`, the way ranks that
+//! share a GPU map each other's memory with CUDA IPC.
 
 use super::{Device, Kernels, Launch, Memory};
 use crate::error::{Error, Result};
-use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -16,7 +17,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<Emu>>>> = OnceLock::new();
 /// Stream ids, unique across devices (0 is no stream).
 static STREAMS: AtomicU64 = AtomicU64::new(1);
-const ALIGN: usize = 256;
+const MAGIC: &[u8; 8] = b"ccl-emu\0";
+
+/// One allocation: its length and the memfd behind it.
+#[derive(Clone, Copy)]
+struct Alloc {
+    len: usize,
+    fd: i32,
+}
 
 enum Work {
     Copy { dst: u64, src: u64, bytes: usize },
@@ -26,7 +34,9 @@ enum Work {
 /// One emulated GPU.
 pub(crate) struct Emu {
     ordinal: usize,
-    allocs: Mutex<BTreeMap<u64, usize>>,
+    allocs: Mutex<BTreeMap<u64, Alloc>>,
+    /// Mappings of other processes' allocations, by address: their lengths.
+    imports: Mutex<HashMap<u64, usize>>,
     streams: Mutex<HashMap<u64, Vec<Work>>>,
 }
 
@@ -42,14 +52,15 @@ impl Emu {
         let all = DEVICES.get_or_init(Default::default);
         let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
         let d = all.entry(ordinal).or_insert_with(|| {
-            Arc::new(Emu { ordinal, allocs: Mutex::default(), streams: Mutex::new(HashMap::from([(0, Vec::new())])) })
+            let streams = Mutex::new(HashMap::from([(0, Vec::new())]));
+            Arc::new(Emu { ordinal, allocs: Mutex::default(), imports: Mutex::default(), streams })
         });
         Arc::clone(d) as Arc<dyn Device>
     }
 
     fn owns(&self, ptr: u64) -> bool {
         let a = self.allocs.lock().unwrap_or_else(|e| e.into_inner());
-        a.range(..=ptr).next_back().is_some_and(|(&start, &len)| ptr < start + len.max(1) as u64)
+        a.range(..=ptr).next_back().is_some_and(|(&start, a)| ptr < start + a.len as u64)
     }
 
     fn queue(&self, stream: u64, w: Work) -> Result<()> {
@@ -86,19 +97,37 @@ impl Device for Emu {
         }
     }
     fn alloc(&self, bytes: usize) -> Result<u64> {
-        let layout = Layout::from_size_align(bytes.max(1), ALIGN).map_err(|e| Error::device(e.to_string()))?;
-        // SAFETY: a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        if p.is_null() {
-            return Err(Error::device(format!("out of memory allocating {bytes} B")));
+        let len = bytes.max(1);
+        let name = c"ccl-emulated-gpu";
+        // SAFETY: a valid C string; the descriptor is ours until `free`.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::device(format!("memfd_create: {}", std::io::Error::last_os_error())));
         }
-        self.allocs.lock().unwrap_or_else(|e| e.into_inner()).insert(p as u64, bytes.max(1));
+        // SAFETY: the fresh descriptor is ours; a failed mapping is checked.
+        let p = unsafe {
+            if libc::ftruncate(fd, len as libc::off_t) != 0 {
+                libc::MAP_FAILED
+            } else {
+                libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            }
+        };
+        if p == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: our descriptor, closed once.
+            unsafe { libc::close(fd) };
+            return Err(Error::device(format!("out of memory allocating {bytes} B: {e}")));
+        }
+        self.allocs.lock().unwrap_or_else(|e| e.into_inner()).insert(p as u64, Alloc { len, fd });
         Ok(p as u64)
     }
     unsafe fn free(&self, ptr: u64) {
-        if let Some(len) = self.allocs.lock().unwrap_or_else(|e| e.into_inner()).remove(&ptr) {
-            // SAFETY: allocated above with this size and alignment.
-            unsafe { std::alloc::dealloc(ptr as *mut u8, Layout::from_size_align_unchecked(len, ALIGN)) };
+        if let Some(a) = self.allocs.lock().unwrap_or_else(|e| e.into_inner()).remove(&ptr) {
+            // SAFETY: mapped in `alloc` with this length; descriptor closed once.
+            unsafe {
+                libc::munmap(ptr as *mut libc::c_void, a.len);
+                libc::close(a.fd);
+            }
         }
     }
     unsafe fn copy(&self, stream: u64, dst: u64, src: u64, bytes: usize) -> Result<()> {
@@ -147,23 +176,51 @@ impl Device for Emu {
     }
     unsafe fn unpin(&self, _ptr: *mut u8) {}
     fn export(&self, ptr: u64) -> Result<[u8; 64]> {
-        if !self.owns(ptr) {
-            return Err(Error::device(format!("{ptr:#x} is not memory of {}", self.describe())));
-        }
+        let a = self.allocs.lock().unwrap_or_else(|e| e.into_inner()).get(&ptr).copied();
+        let a = a.ok_or_else(|| Error::device(format!("{ptr:#x} is not an allocation of {}", self.describe())))?;
         let mut h = [0u8; 64];
-        h[..8].copy_from_slice(b"ccl-emu\0");
+        h[..8].copy_from_slice(MAGIC);
         h[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-        h[16..24].copy_from_slice(&ptr.to_le_bytes());
+        h[12..16].copy_from_slice(&a.fd.to_le_bytes());
+        h[16..24].copy_from_slice(&(a.len as u64).to_le_bytes());
         Ok(h)
     }
     fn import(&self, h: &[u8; 64]) -> Result<u64> {
-        let pid = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
-        if &h[..8] != b"ccl-emu\0" || pid != std::process::id() {
-            return Err(Error::device("an emulated GPU's memory cannot be mapped into another process"));
+        let word = |i: usize| [h[i], h[i + 1], h[i + 2], h[i + 3]];
+        let (pid, fd) = (u32::from_le_bytes(word(8)), i32::from_le_bytes(word(12)));
+        let len = u64::from_le_bytes(h[16..24].try_into().unwrap_or_default()) as usize;
+        if &h[..8] != MAGIC || len == 0 {
+            return Err(Error::device("not an emulated GPU's memory handle"));
         }
-        Ok(u64::from_le_bytes(h[16..24].try_into().unwrap_or_default()))
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let f =
+            std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
+                Error::device(format!("cannot map another process's emulated GPU memory ({path}): {e}"))
+            })?;
+        // SAFETY: a shared mapping of the exporter's memfd; checked below.
+        let p = unsafe {
+            use std::os::fd::AsRawFd;
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::device(format!("mapping {path}: {}", std::io::Error::last_os_error())));
+        }
+        self.imports.lock().unwrap_or_else(|e| e.into_inner()).insert(p as u64, len);
+        Ok(p as u64)
     }
-    unsafe fn unimport(&self, _ptr: u64) {}
+    unsafe fn unimport(&self, ptr: u64) {
+        if let Some(len) = self.imports.lock().unwrap_or_else(|e| e.into_inner()).remove(&ptr) {
+            // SAFETY: mapped by `import` with this length, unmapped once.
+            unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
+        }
+    }
 }
 
 /// Runs one queued piece of work.

@@ -38,9 +38,10 @@
 //! Built without feature `cuda`, or run without the CUDA driver, [`Gpu::open`]
 //! returns an [`ErrorKind::Device`](crate::ErrorKind::Device) error and
 //! nothing else changes. Tests run the whole device path on an emulated
-//! device ([`Gpu::emulated`]): "device" memory in host RAM, kernels run on
-//! the CPU only when the stream is synchronised, so a missing
-//! synchronisation shows up as wrong data.
+//! device ([`Gpu::emulated`]): "device" memory in host RAM (memfds, which
+//! other processes map by IPC handle), kernels run on the CPU only when
+//! the stream is synchronised, so a missing synchronisation shows up as
+//! wrong data.
 
 mod buffer;
 #[cfg(feature = "cuda")]

@@ -1,8 +1,8 @@
 //! The collective matrix on device buffers, on ranks started by cclrun:
 //! each rank on GPU `local rank % GPUs` (several ranks share a GPU when
 //! there are fewer GPUs than ranks), or with `--emulated` on an emulated
-//! GPU (host memory; crosses processes only staged over tcp, so run it
-//! with `-x CCL_SHM_DISABLE=1`). Rank 0 draws the seed and broadcasts it
+//! GPU (host memory that other processes map by IPC handle, as CUDA IPC
+//! maps device memory). Rank 0 draws the seed and broadcasts it
 //! (or takes CCL_TEST_SEED). Used by integration/gpu/check.sh on a GPU
 //! machine and by integration/tests/gpu.rs here.
 
