@@ -120,6 +120,33 @@ fn fold_in(ch: &mut Vec<Step>, f: &Fold, rank: usize, range: &Range<usize>, chun
     nr
 }
 
+/// As [`fold_in`], except that a rank with no extra copies nothing: its
+/// first exchange reads `Input` and reduces into `Output` instead, saving a
+/// pass over the data (the second value says so; the caller copies if it
+/// makes no exchange at all).
+fn fold_in_direct(
+    ch: &mut Vec<Step>,
+    f: &Fold,
+    rank: usize,
+    range: &Range<usize>,
+    chunk: usize,
+) -> (Option<usize>, bool) {
+    match f.newrank(rank) {
+        Some(nr) if rank >= 2 * f.rem => (Some(nr), true),
+        _ => (fold_in(ch, f, rank, range, chunk), false),
+    }
+}
+
+/// The buffer an exchange reads: `Input` while nothing has reached `Output`
+/// yet, then `Output`; and how received data is combined.
+fn source(direct: bool) -> (Buf, Into) {
+    if direct {
+        (Buf::Input, Into::ReduceTo(Buf::Output))
+    } else {
+        (Buf::Output, Into::Reduce)
+    }
+}
+
 /// Hands the finished `Output` range back to the extras.
 fn fold_out(ch: &mut Vec<Step>, f: &Fold, rank: usize, range: &Range<usize>, chunk: usize) {
     if rank < 2 * f.rem {
@@ -138,12 +165,18 @@ pub fn all_reduce_rd(p: &Params) -> Schedule {
         .iter()
         .map(|range| {
             let mut ch = Vec::new();
-            if let Some(me) = fold_in(&mut ch, &f, p.rank, range, p.chunk) {
+            let (me, mut direct) = fold_in_direct(&mut ch, &f, p.rank, range, p.chunk);
+            if let Some(me) = me {
                 // distance 1, 2, 4, ...: exchange everything with new rank ^ distance
-                let all = [reg(Buf::Output, range)];
                 for (peer, _, _) in f.doubling(me) {
-                    exchange(&mut ch, f.rank_of(peer), &all, &all, p.chunk, Into::Reduce);
+                    let (buf, into) = source(direct);
+                    let all = [reg(buf, range)];
+                    exchange(&mut ch, f.rank_of(peer), &all, &all, p.chunk, into);
+                    direct = false;
                 }
+            }
+            if direct {
+                ch.push(Step::Copy { src: reg(Buf::Input, range), dst: reg(Buf::Output, range) });
             }
             fold_out(&mut ch, &f, p.rank, range, p.chunk);
             ch
@@ -160,14 +193,17 @@ pub fn all_reduce_rhd(p: &Params) -> Schedule {
         .iter()
         .map(|range| {
             let mut ch = Vec::new();
-            if let Some(me) = fold_in(&mut ch, &f, p.rank, range, p.chunk) {
+            let (me, mut direct) = fold_in_direct(&mut ch, &f, p.rank, range, p.chunk);
+            if let Some(me) = me {
                 let blocks = split(range.clone(), f.p2);
                 let span = |a: usize, b: usize| blocks[a].start..blocks[b - 1].end;
                 // halving: distance p2/2, ..., 1; give away the half the peer keeps
                 for (peer, keep, give) in f.halving(me) {
-                    let send = [reg(Buf::Output, &span(give.0, give.1))];
-                    let recv = [reg(Buf::Output, &span(keep.0, keep.1))];
-                    exchange(&mut ch, f.rank_of(peer), &send, &recv, p.chunk, Into::Reduce);
+                    let (buf, into) = source(direct);
+                    let send = [reg(buf, &span(give.0, give.1))];
+                    let recv = [reg(buf, &span(keep.0, keep.1))];
+                    exchange(&mut ch, f.rank_of(peer), &send, &recv, p.chunk, into);
+                    direct = false;
                 }
                 // doubling: distance 1, ..., p2/2: swap finished ranges, doubling them
                 for (peer, mine, theirs) in f.doubling(me) {
@@ -175,6 +211,9 @@ pub fn all_reduce_rhd(p: &Params) -> Schedule {
                     let recv = [reg(Buf::Output, &span(theirs.0, theirs.1))];
                     exchange(&mut ch, f.rank_of(peer), &send, &recv, p.chunk, Into::Copy);
                 }
+            }
+            if direct {
+                ch.push(Step::Copy { src: reg(Buf::Input, range), dst: reg(Buf::Output, range) });
             }
             fold_out(&mut ch, &f, p.rank, range, p.chunk);
             ch
