@@ -39,6 +39,11 @@ set -e
 if [ "$rc" -ne 2 ] || ! grep -q "no CUDA driver" <<<"$gpu"; then
     if [ "$rc" -ne 0 ]; then echo "GPU check: unexpected exit $rc: $gpu" >&2; exit 1; fi
 fi
+# ... and its steps run through on emulated GPUs (matrix at 1, 2, 4 ranks, staged, device ccl-perf)
+CCL_GPU_CHECK_EMULATED=1 CCL_GPU_BIN_DIR=target/debug integration/gpu/check.sh >/tmp/ccl-gpu-check.$$ 2>&1 \
+    || { cat /tmp/ccl-gpu-check.$$ >&2; rm -f /tmp/ccl-gpu-check.$$; exit 1; }
+tail -n 20 /tmp/ccl-gpu-check.$$
+rm -f /tmp/ccl-gpu-check.$$
 secs="${CCL_FUZZ_SECONDS:-30}"
 if [ "$secs" != 0 ]; then
     scripts/fuzz.sh "$secs"
