@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" -eq 0 ]; then
     export CCL_TEST_REQUIRE_ALL="${CCL_TEST_REQUIRE_ALL:-1}"
 fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
 scripts/deps.sh test
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -q -- -D warnings
