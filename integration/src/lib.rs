@@ -1,6 +1,7 @@
 //! Programs run as ranks by the tests in `tests/` through `cclrun`:
-//! `coll_matrix` (every collective, checked) and `fault` (ranks that fail
-//! on purpose). The tests find `cclrun` next to their own build output.
+//! `coll_matrix` (every collective, checked), `gpu_matrix` (the same on
+//! device buffers) and `fault` (ranks that fail on purpose). The tests find
+//! `cclrun` next to their own build output.
 
 pub mod cluster;
 
@@ -11,4 +12,21 @@ pub fn cclrun() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
     // target/<profile>/deps/<test> → target/<profile>/cclrun
     exe.parent().and_then(|d| d.parent()).map(|d| d.join("cclrun")).unwrap_or_else(|| PathBuf::from("cclrun"))
+}
+
+/// Runs `matrix` (a matrix binary and its arguments) as `np` ranks under
+/// cclrun with small slots (several per call), a 120 s deadline and
+/// `extra` cclrun arguments; asserts the job succeeded and every rank
+/// printed `done`.
+pub fn every_rank_passes(np: usize, extra: &[&str], matrix: &[&str], done: &str) {
+    let np_s = np.to_string();
+    let o = std::process::Command::new(cclrun())
+        .args(["-np", &np_s, "-x", "CCL_BUFFSIZE=4096", "-x", "CCL_TIMEOUT=120"])
+        .args(extra)
+        .args(matrix)
+        .output()
+        .expect("start cclrun");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "np {np} {extra:?}: {err}");
+    assert_eq!(out.matches(done).count(), np, "np {np} {extra:?}: {out}");
 }

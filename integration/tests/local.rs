@@ -16,19 +16,13 @@ fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
 }
 
-fn matrix(np: &str, extra: &[&str]) {
-    let mut args = vec!["-np", np, "-x", "CCL_BUFFSIZE=4096", "-x", "CCL_TIMEOUT=120"];
-    args.extend_from_slice(extra);
-    args.push(MATRIX);
-    let o = run(&args);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "np {np} {extra:?}: {err}");
-    assert_eq!(out.matches("all collectives correct").count(), np.parse::<usize>().unwrap_or(0), "{out}");
+fn matrix(np: usize, extra: &[&str]) {
+    ccl_integration::every_rank_passes(np, extra, &[MATRIX], "all collectives correct");
 }
 
 #[test]
 fn matrix_over_shm_2_3_4_ranks() {
-    for np in ["2", "3", "4"] {
+    for np in [2, 3, 4] {
         matrix(np, &[]);
     }
 }
@@ -36,24 +30,24 @@ fn matrix_over_shm_2_3_4_ranks() {
 #[test]
 fn matrix_over_shm_every_algorithm() {
     for algo in ["ring", "tree", "rd", "rhd", "ring-ring", "tree-ring"] {
-        matrix("3", &["-x", &format!("CCL_ALGO={algo}")]);
+        matrix(3, &["-x", &format!("CCL_ALGO={algo}")]);
     }
 }
 
 #[test]
 fn matrix_over_tcp_2_3_4_ranks() {
-    for np in ["2", "3", "4"] {
+    for np in [2, 3, 4] {
         matrix(np, &["-x", "CCL_SHM_DISABLE=1"]);
     }
-    matrix("3", &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_SOCKETS_PER_PEER=1"]);
-    matrix("2", &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_SOCKETS_PER_PEER=4", "-x", "CCL_SOCKET_IFNAME=lo"]);
-    matrix("3", &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_CHECKSUM=1"]);
+    matrix(3, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_SOCKETS_PER_PEER=1"]);
+    matrix(2, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_SOCKETS_PER_PEER=4", "-x", "CCL_SOCKET_IFNAME=lo"]);
+    matrix(3, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_CHECKSUM=1"]);
 }
 
 #[test]
 fn matrix_over_tcp_every_algorithm() {
     for algo in ["ring", "tree", "rd", "rhd", "ring-ring", "tree-ring"] {
-        matrix("3", &["-x", "CCL_SHM_DISABLE=1", "-x", &format!("CCL_ALGO={algo}")]);
+        matrix(3, &["-x", "CCL_SHM_DISABLE=1", "-x", &format!("CCL_ALGO={algo}")]);
     }
 }
 

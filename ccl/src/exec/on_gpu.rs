@@ -104,9 +104,6 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             None => (0, false),
         };
         let (s, d) = (src.map_or(0, |r| self.dptr(r)), dst.map_or(0, |r| self.dptr(r)));
-        let kernel = |name: &Option<String>| {
-            name.as_ref().map(|_| ()).ok_or_else(|| Error::internal("a reducing step in a call without an operator"))
-        };
         if n > 0 {
             // SAFETY: regions were validated against their buffers in `new`
             // (device addresses of the caller's buffers and our scratch), slots
@@ -116,26 +113,17 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 match st {
                     Step::Send { .. } => dev.copy(stream, slot_out, s, bytes)?,
                     Step::Recv { .. } => dev.copy(stream, d, slot_in, bytes)?,
-                    Step::RecvReduce { .. } => {
-                        kernel(&k.reduce)?;
-                        dev.launch(stream, k, Launch::Reduce { dst: d, a: s, b: slot_in, n })?
-                    }
-                    Step::RecvReduceSend { .. } => {
-                        kernel(&k.recv_reduce_send)?;
-                        dev.launch(
-                            stream,
-                            k,
-                            Launch::RecvReduceSend { out: 0, next: slot_out, slot: slot_in, local: s, n },
-                        )?
-                    }
-                    Step::RecvReduceCopySend { .. } => {
-                        kernel(&k.recv_reduce_send)?;
-                        dev.launch(
-                            stream,
-                            k,
-                            Launch::RecvReduceSend { out: d, next: slot_out, slot: slot_in, local: s, n },
-                        )?
-                    }
+                    Step::RecvReduce { .. } => dev.launch(stream, k, Launch::Reduce { dst: d, a: s, b: slot_in, n })?,
+                    Step::RecvReduceSend { .. } => dev.launch(
+                        stream,
+                        k,
+                        Launch::RecvReduceSend { out: 0, next: slot_out, slot: slot_in, local: s, n },
+                    )?,
+                    Step::RecvReduceCopySend { .. } => dev.launch(
+                        stream,
+                        k,
+                        Launch::RecvReduceSend { out: d, next: slot_out, slot: slot_in, local: s, n },
+                    )?,
                     Step::RecvCopySend { .. } => {
                         dev.copy(stream, d, slot_in, bytes)?;
                         dev.copy(stream, slot_out, slot_in, bytes)?
@@ -145,10 +133,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                             dev.copy(stream, d, s, bytes)?
                         }
                     }
-                    Step::Reduce { .. } => {
-                        kernel(&k.reduce)?;
-                        dev.launch(stream, k, Launch::Reduce { dst: d, a: d, b: s, n })?
-                    }
+                    Step::Reduce { .. } => dev.launch(stream, k, Launch::Reduce { dst: d, a: d, b: s, n })?,
                 }
                 if let (true, Some(h)) = (staged_out, io.host_out) {
                     dev.copy(stream, h as u64, slot_out, bytes)?;

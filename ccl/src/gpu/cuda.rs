@@ -175,14 +175,12 @@ impl Device for Cuda {
     }
     unsafe fn launch(&self, stream: u64, k: &Kernels, l: Launch) -> Result<()> {
         self.bind()?;
-        let (name, mut args, n): (&Option<String>, Vec<u64>, usize) = match l {
-            Launch::Reduce { dst, a, b, n } => (&k.reduce, vec![dst, a, b, n as u64], n),
-            Launch::RecvReduceSend { out, next, slot, local, n } => {
-                (&k.recv_reduce_send, vec![out, next, slot, local, n as u64], n)
-            }
-            Launch::Div { buf, ranks, n } => (&k.div, vec![buf, ranks as u64, n as u64], n),
+        let name = k.name_of(&l)?;
+        let (mut args, n): (Vec<u64>, usize) = match l {
+            Launch::Reduce { dst, a, b, n } => (vec![dst, a, b, n as u64], n),
+            Launch::RecvReduceSend { out, next, slot, local, n } => (vec![out, next, slot, local, n as u64], n),
+            Launch::Div { buf, ranks, n } => (vec![buf, ranks as u64, n as u64], n),
         };
-        let name = name.as_deref().ok_or_else(|| Error::internal("launch of a kernel the call does not have"))?;
         let f = self.function(k, name)?;
         let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut u64 as *mut c_void).collect();
         let blocks = (n as u64).div_ceil(THREADS).clamp(1, MAX_BLOCKS) as u32;

@@ -134,6 +134,7 @@ impl Device for Emu {
         self.queue(stream, Work::Copy { dst, src, bytes })
     }
     unsafe fn launch(&self, stream: u64, k: &Kernels, l: Launch) -> Result<()> {
+        k.name_of(&l)?;
         self.queue(stream, Work::Launch(Box::new(k.clone()), l))
     }
     fn sync(&self, stream: u64) -> Result<()> {

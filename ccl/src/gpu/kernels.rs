@@ -60,6 +60,17 @@ unsafe fn host_finish<T: Reduce, O: ReduceOp<T>>(buf: *mut u8, n: usize, ranks: 
 }
 
 impl Kernels {
+    /// The entry point `l` launches; an error if this call has no such
+    /// kernel (a reduction in a call without an operator: a bug).
+    pub fn name_of(&self, l: &super::Launch) -> Result<&str> {
+        let name = match l {
+            super::Launch::Reduce { .. } => &self.reduce,
+            super::Launch::RecvReduceSend { .. } => &self.recv_reduce_send,
+            super::Launch::Div { .. } => &self.div,
+        };
+        name.as_deref().ok_or_else(|| Error::internal(format!("{l:?} in a call whose operator has no such kernel")))
+    }
+
     /// The kernels for `T` and `O`, or an error naming what has none (a
     /// user operator, a type whose `Reduce` gives no CUDA type).
     pub fn of<T: Reduce, O: ReduceOp<T>>() -> Result<Self> {
