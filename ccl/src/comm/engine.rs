@@ -63,7 +63,6 @@ pub(crate) trait Pending: Send {
 /// A collective or point-to-point call: an executor plus what to do at the end.
 pub(crate) struct CallOp<T: Reduce, O: ReduceOp<T>> {
     pub exec: Exec<T, O>,
-    pub uses: Vec<usize>,
     pub finish_ranks: Option<usize>,
     pub on_done: Option<Box<dyn FnOnce() + Send>>,
 }
@@ -76,7 +75,7 @@ impl<T: Reduce, O: ReduceOp<T>> Pending for CallOp<T, O> {
         self.exec.done()
     }
     fn uses(&self) -> &[usize] {
-        &self.uses
+        self.exec.uses()
     }
     fn waiting(&self) -> String {
         self.exec.waiting()
@@ -101,8 +100,23 @@ struct Entry {
     op: Box<dyn Pending>,
     name: &'static str,
     seq: u64,
-    started: Instant,
-    deadline: Instant,
+    timeout: Duration,
+    /// When the call started and when it times out: stamped at submission
+    /// for non-blocking calls, and for a blocking call the first time its
+    /// wait reads the clock (within microseconds, but a call that finishes
+    /// while spinning never reads it).
+    clock: Option<(Instant, Instant)>,
+}
+
+impl Entry {
+    /// The call's start and deadline, stamping them `now` if not yet.
+    fn clock(&mut self, now: Instant) -> (Instant, Instant) {
+        let timeout = self.timeout;
+        // a deadline past what Instant can hold means "no deadline" in practice
+        *self.clock.get_or_insert_with(|| {
+            (now, now.checked_add(timeout).unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX))))
+        })
+    }
 }
 
 /// The queue, the connections, and the results not yet collected.
@@ -156,16 +170,25 @@ impl Engine {
         }
     }
 
-    /// Queues a call; its id is what [`wait`](Self::wait) takes.
-    pub fn submit(&mut self, op: Box<dyn Pending>, name: &'static str, seq: u64, timeout: Duration) -> Result<u64> {
+    /// Queues a call; its id is what [`wait`](Self::wait) takes. Its
+    /// `timeout` counts from now when `now` is set (non-blocking calls),
+    /// else from when the caller's wait first reads the clock.
+    pub fn submit(
+        &mut self,
+        op: Box<dyn Pending>,
+        name: &'static str,
+        seq: u64,
+        timeout: Duration,
+        now: bool,
+    ) -> Result<u64> {
         self.check_usable()?;
         let id = self.next;
         self.next += 1;
-        let started = Instant::now();
-        // a deadline past what Instant can hold means "no deadline" in practice
-        let deadline =
-            started.checked_add(timeout).unwrap_or_else(|| started + Duration::from_secs(u64::from(u32::MAX)));
-        self.queue.push(Entry { id, op, name, seq, started, deadline });
+        let mut e = Entry { id, op, name, seq, timeout, clock: None };
+        if now {
+            e.clock(Instant::now());
+        }
+        self.queue.push(e);
         Ok(id)
     }
 
@@ -241,7 +264,7 @@ impl Engine {
                 self.rank,
                 e.name,
                 e.seq,
-                e.started.elapsed().as_secs_f64(),
+                e.clock.map_or(0.0, |(started, _)| started.elapsed().as_secs_f64()),
                 e.op.waiting()
             );
         }
@@ -281,6 +304,9 @@ impl Engine {
             idle = idle.wrapping_add(1);
             if !backoff.spinning() || idle.is_multiple_of(CLOCK_EVERY) {
                 let now = Instant::now();
+                self.queue.iter_mut().for_each(|e| {
+                    e.clock(now);
+                });
                 let (next_note, next_check) = timers.get_or_insert((now + Duration::from_secs(10), now));
                 if self.chatty && now >= *next_note {
                     *next_note += Duration::from_secs(10);
@@ -299,9 +325,10 @@ impl Engine {
                     }
                 }
                 // the oldest call's deadline: it is the one everything waits behind
-                if let Some(first) = self.queue.first() {
-                    if now >= first.deadline {
-                        let secs = now.duration_since(first.started).as_secs_f64();
+                if let Some(first) = self.queue.first_mut() {
+                    let (started, deadline) = first.clock(now);
+                    if now >= deadline {
+                        let secs = now.duration_since(started).as_secs_f64();
                         let waiting = first.op.waiting();
                         self.fail(0, Error::new(ErrorKind::Timeout { secs, waiting }));
                         continue;
@@ -311,9 +338,11 @@ impl Engine {
             let Some(i) = self.queue.iter().position(|e| e.id == id) else {
                 return Err(Error::internal(format!("no call {id} in flight")));
             };
-            let deadline = self.queue[i].deadline.min(self.queue[0].deadline);
-            let conns = &self.conns;
-            backoff.snooze(deadline, |d| conns.sleep(seen, d));
+            // every call was stamped when the clock was last read, which it
+            // is before any sleep
+            let soonest = |e: &Entry| e.clock.map_or_else(Instant::now, |(_, d)| d);
+            let (queue, conns) = (&self.queue, &self.conns);
+            backoff.snooze(|| soonest(&queue[i]).min(soonest(&queue[0])), |d| conns.sleep(seen, d));
         }
     }
 

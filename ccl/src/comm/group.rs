@@ -214,20 +214,23 @@ impl Group {
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_name = call.coll.reduces().then_some(O::NAME);
         let device = match call.device {
-            Some(s) => Some(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }),
+            Some(s) => {
+                Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }))
+            }
             None => None,
         };
         // a device call must not meet a host call: their types differ in the fingerprint
-        let type_name = if device.is_some() { format!("{}@gpu", T::NAME) } else { T::NAME.to_string() };
-        let fp = Fingerprint::new(call.coll, std::mem::size_of::<T>(), &type_name, op_name, call.count, call.root, seq);
+        let type_name: &[&str] = if device.is_some() { &[T::NAME, "@gpu"] } else { &[T::NAME] };
+        let fp = Fingerprint::new(call.coll, std::mem::size_of::<T>(), type_name, op_name, call.count, call.root, seq);
         let plan = Plan { checked, slot_elems: choice.slot_elems, channel_base: base, fp, device };
         self.with_engine(|eng| {
             eng.check_usable()?;
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
-            let uses = exec.uses(&eng.conns);
-            let op = CallOp { exec, uses, finish_ranks, on_done };
-            eng.submit(Box::new(op), call.coll.name(), seq, call.timeout.unwrap_or(inner.config.timeout))
+            // a blocking call (no `on_done`) is waited on at once: its clock starts there
+            let now = on_done.is_some();
+            let op = CallOp { exec, finish_ranks, on_done };
+            eng.submit(Box::new(op), call.coll.name(), seq, call.timeout.unwrap_or(inner.config.timeout), now)
         })
     }
 

@@ -33,8 +33,14 @@ pub struct Fingerprint {
 
 /// FNV-1a of a name, folded to 32 bits.
 pub fn name_hash(name: &str) -> u32 {
+    name_hash_parts(&[name])
+}
+
+/// [`name_hash`] of the parts written one after the other (no string is
+/// built: calls hash their type name with a device suffix this way).
+pub fn name_hash_parts(parts: &[&str]) -> u32 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
+    for b in parts.iter().flat_map(|p| p.bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -51,11 +57,12 @@ fn coll_code(c: Coll) -> u8 {
 }
 
 impl Fingerprint {
-    /// The fingerprint of a call.
+    /// The fingerprint of a call; its element type's name is given as
+    /// parts (see [`name_hash_parts`]).
     pub fn new(
         coll: Coll,
         elem_size: usize,
-        type_name: &str,
+        type_name: &[&str],
         op_name: Option<&str>,
         count: usize,
         root: usize,
@@ -65,7 +72,7 @@ impl Fingerprint {
         Fingerprint {
             coll,
             elem_size: elem_size as u32,
-            type_hash: name_hash(type_name),
+            type_hash: name_hash_parts(type_name),
             op_hash: op_name.map_or(0, name_hash),
             count: count as u64,
             root: if p2p || !coll.rooted() { 0 } else { root as u32 },
@@ -124,17 +131,24 @@ mod tests {
 
     #[test]
     fn differences_show_and_p2p_ignores_numbering() {
-        let a = Fingerprint::new(Coll::AllReduce, 4, "f32", Some("sum"), 1000, 0, 12);
+        let a = Fingerprint::new(Coll::AllReduce, 4, &["f32"], Some("sum"), 1000, 0, 12);
         assert_eq!(a.to_string(), "all_reduce(1000 × f32 of 4 B, sum) #12");
-        let b = Fingerprint::new(Coll::AllReduce, 4, "i32", Some("sum"), 1000, 0, 12);
+        let b = Fingerprint::new(Coll::AllReduce, 4, &["i32"], Some("sum"), 1000, 0, 12);
         assert_ne!(a.words(), b.words());
-        let c = Fingerprint::new(Coll::Broadcast, 8, "f64", None, 5, 3, 2);
+        let c = Fingerprint::new(Coll::Broadcast, 8, &["f64"], None, 5, 3, 2);
         assert_eq!(c.to_string(), "broadcast(5 × f64 of 8 B, root 3) #2");
-        let s = Fingerprint::new(Coll::Send, 2, "u16", None, 7, 1, 40);
-        let r = Fingerprint::new(Coll::Recv, 2, "u16", None, 7, 0, 3);
+        let s = Fingerprint::new(Coll::Send, 2, &["u16"], None, 7, 1, 40);
+        let r = Fingerprint::new(Coll::Recv, 2, &["u16"], None, 7, 0, 3);
         assert_eq!(s.words(), r.words());
         assert_eq!(s.to_string(), "send/recv(7 × u16 of 2 B) #0");
-        let user = Fingerprint::new(Coll::AllReduce, 24, "app::Moments", Some("sum"), 1, 0, 0);
+        let user = Fingerprint::new(Coll::AllReduce, 24, &["app::Moments"], Some("sum"), 1, 0, 0);
         assert!(user.to_string().contains("type#"));
+    }
+
+    #[test]
+    fn a_name_in_parts_hashes_as_the_whole_name() {
+        assert_eq!(name_hash_parts(&["f32", "@gpu"]), name_hash("f32@gpu"));
+        assert_eq!(name_hash_parts(&[]), name_hash(""));
+        assert_ne!(name_hash_parts(&["f32", "@gpu"]), name_hash("f32"));
     }
 }

@@ -21,22 +21,60 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::op::ReduceOp;
 use crate::Reduce;
 use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock};
 
 /// Connection indices a step uses: (send, recv).
 type Link = (Option<usize>, Option<usize>);
 
+/// A schedule's connections on one communicator: found (and made) by the
+/// first call of a plan, then shared by every later call of it.
+#[derive(Debug)]
+struct Wiring {
+    /// Per channel, per step: the connections it sends and receives on.
+    links: Vec<Vec<Link>>,
+    /// Every connection used, by [`Conns::send_id`]/[`Conns::recv_id`],
+    /// sorted, once each.
+    uses: Vec<usize>,
+}
+
+impl Wiring {
+    fn new(sched: &Schedule, channel_base: u32, conns: &mut Conns) -> Result<Self> {
+        let mut links = Vec::with_capacity(sched.channels.len());
+        for (c, ch) in sched.channels.iter().enumerate() {
+            let channel = channel_base + c as u32;
+            let mut l = Vec::with_capacity(ch.len());
+            for st in ch {
+                let s = st.send_peer().map(|p| conns.send(p, channel)).transpose()?;
+                let r = st.recv_peer().map(|p| conns.recv(p, channel)).transpose()?;
+                l.push((s, r));
+            }
+            links.push(l);
+        }
+        let mut uses: Vec<usize> = links
+            .iter()
+            .flatten()
+            .flat_map(|&(s, r)| [s.map(|i| conns.send_id(i)), r.map(|i| conns.recv_id(i))])
+            .flatten()
+            .collect();
+        uses.sort_unstable();
+        uses.dedup();
+        Ok(Wiring { links, uses })
+    }
+}
+
 /// One call in progress on this rank.
 pub struct Exec<T: Reduce, O: ReduceOp<T>> {
-    sched: std::sync::Arc<Schedule>,
+    sched: Arc<Schedule>,
     layout: Layout,
     input: *const T,
     output: *mut T,
     scratch: Vec<T>,
     pcs: Vec<(usize, usize)>,
-    links: Vec<Vec<Link>>,
+    wiring: Arc<Wiring>,
     slot_elems: usize,
     fp: fingerprint::Words,
-    gpu: Option<OnGpu>,
+    /// Boxed: host calls, the common case, move a smaller `Exec`.
+    gpu: Option<Box<OnGpu>>,
     _op: PhantomData<O>,
 }
 
@@ -55,17 +93,29 @@ unsafe impl<T: Reduce, O: ReduceOp<T>> Send for Exec<T, O> {}
 /// A schedule proven to fit a layout (every region inside its buffer,
 /// fused operands identical or disjoint): checked once, then reused by
 /// every call with the same shape.
+/// A cached plan belongs to one communicator, whose connections its first
+/// call wires.
 #[derive(Debug)]
 pub struct Checked {
-    sched: std::sync::Arc<Schedule>,
+    sched: Arc<Schedule>,
     layout: Layout,
+    wiring: OnceLock<Arc<Wiring>>,
 }
 
 impl Checked {
     /// Checks `sched` against `layout`.
     pub fn new(sched: Schedule, layout: Layout) -> Result<Self> {
         validate(&sched, &layout)?;
-        Ok(Checked { sched: std::sync::Arc::new(sched), layout })
+        Ok(Checked { sched: Arc::new(sched), layout, wiring: OnceLock::new() })
+    }
+
+    /// The schedule's connections (made now by the plan's first call).
+    fn wiring(&self, channel_base: u32, conns: &mut Conns) -> Result<Arc<Wiring>> {
+        if let Some(w) = self.wiring.get() {
+            return Ok(Arc::clone(w));
+        }
+        let w = Arc::new(Wiring::new(&self.sched, channel_base, conns)?);
+        Ok(Arc::clone(self.wiring.get_or_init(|| w)))
     }
 }
 
@@ -73,7 +123,7 @@ impl Checked {
 pub struct Plan {
     /// This rank's schedule and how input and output map onto memory
     /// (shared: plans are cached and reused).
-    pub checked: std::sync::Arc<Checked>,
+    pub checked: Arc<Checked>,
     /// Elements per slot.
     pub slot_elems: usize,
     /// The first connection channel the schedule's channels map to.
@@ -81,8 +131,9 @@ pub struct Plan {
     /// The call's fingerprint, sent with and checked on every slot.
     pub fp: fingerprint::Fingerprint,
     /// The GPU, when the buffers are device memory (input and output are
-    /// then device addresses, never dereferenced on the host).
-    pub device: Option<DevCall>,
+    /// then device addresses, never dereferenced on the host); boxed, so
+    /// host calls move a small `Plan`.
+    pub device: Option<Box<DevCall>>,
 }
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
@@ -97,7 +148,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
         let Plan { checked, slot_elems, channel_base, fp, device } = plan;
-        let (sched, layout) = (std::sync::Arc::clone(&checked.sched), checked.layout);
+        let (sched, layout) = (Arc::clone(&checked.sched), checked.layout);
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
             return Err(Error::new(ErrorKind::Unsupported(format!(
@@ -106,17 +157,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 std::mem::align_of::<T>()
             ))));
         }
-        let mut links = Vec::with_capacity(sched.channels.len());
-        for (c, ch) in sched.channels.iter().enumerate() {
-            let channel = channel_base + c as u32;
-            let mut l = Vec::with_capacity(ch.len());
-            for st in ch {
-                let s = st.send_peer().map(|p| conns.send(p, channel)).transpose()?;
-                let r = st.recv_peer().map(|p| conns.recv(p, channel)).transpose()?;
-                l.push((s, r));
-            }
-            links.push(l);
-        }
+        let wiring = checked.wiring(channel_base, conns)?;
         if slot_elems == 0 || slot_elems * size > conns.slot_bytes() {
             return Err(Error::internal(format!("{slot_elems} elements of {size} B do not fit a slot")));
         }
@@ -124,13 +165,13 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             None => (vec![T::zeroed(); sched.scratch], None),
             Some(call) => {
                 let scratch = (sched.scratch > 0).then(|| device::DevMem::new(&call.dev, sched.scratch * size));
-                (Vec::new(), Some(OnGpu { call, scratch: scratch.transpose()? }))
+                (Vec::new(), Some(Box::new(OnGpu { call: *call, scratch: scratch.transpose()? })))
             }
         };
         let pcs = vec![(0, 0); sched.channels.len()];
         let input = if layout.in_place.is_some() { output as *const T } else { input };
         let fp = fp.words();
-        Ok(Exec { sched, layout, input, output, scratch, pcs, links, slot_elems, fp, gpu, _op: PhantomData })
+        Ok(Exec { sched, layout, input, output, scratch, pcs, wiring, slot_elems, fp, gpu, _op: PhantomData })
     }
 
     /// Whether every channel has finished.
@@ -199,18 +240,10 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         w.join("; ")
     }
 
-    /// The connections this call uses, as (peer, channel, is_send).
-    pub fn uses(&self, conns: &Conns) -> Vec<usize> {
-        let mut v: Vec<usize> = self
-            .links
-            .iter()
-            .flatten()
-            .flat_map(|&(s, r)| [s.map(|i| conns.send_id(i)), r.map(|i| conns.recv_id(i))])
-            .flatten()
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
+    /// The connections this call uses (by [`Conns::send_id`] and
+    /// [`Conns::recv_id`]), sorted, once each.
+    pub fn uses(&self) -> &[usize] {
+        &self.wiring.uses
     }
 
     fn ptr(&self, r: Region) -> *mut T {
@@ -240,7 +273,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let Some(&st) = self.sched.channels[c].get(i) else {
             return Ok(false);
         };
-        let (si, ri) = self.links[c][i];
+        let (si, ri) = self.wiring.links[c][i];
         if self.gpu.is_some() && !self.gpu_open(si, ri, &st, conns)? {
             return Ok(false);
         }

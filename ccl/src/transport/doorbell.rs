@@ -138,15 +138,16 @@ impl Backoff {
     }
 
     /// Waits a little longer than last time: spins, then yields, then
-    /// calls `sleep` with how long it may sleep (never past `deadline`).
-    pub fn snooze(&mut self, deadline: Instant, sleep: impl FnOnce(Duration)) {
+    /// calls `sleep` with how long it may sleep (never past `deadline`,
+    /// asked for only then).
+    pub fn snooze(&mut self, deadline: impl FnOnce() -> Instant, sleep: impl FnOnce(Duration)) {
         self.step = self.step.saturating_add(1);
         if self.step <= self.spins {
             std::hint::spin_loop();
         } else if self.step <= self.spins + YIELDS {
             std::thread::yield_now();
         } else {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline().saturating_duration_since(Instant::now());
             sleep(left.min(MAX_SLEEP));
         }
     }

@@ -1,11 +1,16 @@
 //! A one-way FIFO of fixed-size slots: NCCL's STEPS.
 //!
-//! The sender fills the slot at `head % nslots` and publishes it by
-//! advancing `head` (release); the receiver sees it by reading `head`
-//! (acquire), reduces or copies straight out of the slot, and hands it back
-//! by advancing `tail` (release). Each counter has one writer. Slots are
-//! 64-byte aligned so any element type up to that alignment can be read in
-//! place. The memory is one allocation here; a shared mapping later.
+//! The sender fills the slot at `head % nslots`, writes the slot's header
+//! line (length, the call's fingerprint) and publishes it by storing the
+//! message's sequence number `head + 1` in that line (release); the
+//! receiver polls the header line of the slot it expects (acquire), so a
+//! small message costs it one cache line beside the data, which sits in the
+//! line after (the pair a line prefetcher fetches together). It reduces or
+//! copies straight out of the slot and hands it back by advancing `tail`
+//! (release). The sender re-reads `tail` only when the slots it knows to
+//! be free run out. Each word has one writer. Slots are 64-byte aligned so
+//! any element type up to that alignment can be read in place. The memory
+//! is one allocation for threads, a shared mapping for processes.
 
 use super::doorbell::BellRef;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -26,7 +31,18 @@ enum Backing {
     Map(#[allow(dead_code)] memmap2::MmapMut),
 }
 
-/// The shared part: counters, slot lengths, slot data.
+/// A slot's header line: written by the sender before it publishes.
+#[repr(C, align(64))]
+struct Header {
+    /// The number of the message in the slot, counted from 1 (0: none yet).
+    seq: AtomicU64,
+    /// Bytes of data.
+    len: AtomicU32,
+    /// The call's fingerprint.
+    fp: [AtomicU64; 4],
+}
+
+/// The shared part: counters, then per slot a header line and the data.
 pub struct FifoMem {
     base: *mut u8,
     backing: Backing,
@@ -88,26 +104,25 @@ impl FifoMem {
     /// Bytes of memory a FIFO of this shape needs.
     pub fn size(nslots: usize, slot_bytes: usize) -> Option<usize> {
         let (nslots, slot_bytes) = Self::shape(nslots, slot_bytes);
-        Self::data_off(nslots).checked_add(nslots.checked_mul(slot_bytes)?)
+        Self::slots_off().checked_add(nslots.checked_mul(Self::stride(slot_bytes))?)
     }
 
-    fn lens_off() -> usize {
+    /// Bytes from one slot's header to the next: the header line and the
+    /// data, padded so every header starts a 128-byte line pair.
+    fn stride(slot_bytes: usize) -> usize {
+        (SLOT_ALIGN + slot_bytes).div_ceil(2 * SLOT_ALIGN) * 2 * SLOT_ALIGN
+    }
+
+    fn slots_off() -> usize {
         2 * std::mem::size_of::<Counter>()
     }
 
-    fn fps_off(nslots: usize) -> usize {
-        (Self::lens_off() + nslots * 4).div_ceil(8) * 8
-    }
-
-    fn data_off(nslots: usize) -> usize {
-        (Self::fps_off(nslots) + nslots * 32).div_ceil(SLOT_ALIGN) * SLOT_ALIGN
-    }
-
-    fn fp_of(&self, slot: usize) -> &[AtomicU64; 4] {
+    fn header(&self, slot: usize) -> &Header {
         debug_assert!(slot < self.nslots);
-        // SAFETY: `slot < nslots`, so the four u64 lie inside the fingerprint
-        // array, 8-aligned, zero-initialised; AtomicU64 accepts any bits.
-        unsafe { &*(self.base.add(Self::fps_off(self.nslots) + 32 * slot) as *const [AtomicU64; 4]) }
+        // SAFETY: `slot < nslots`, so the header line lies inside the
+        // memory, 64-aligned (offsets are multiples of 64 from an aligned
+        // base), zero-initialised; its atomics accept any bits.
+        unsafe { &*(self.base.add(Self::slots_off() + slot * Self::stride(self.slot_bytes)) as *const Header) }
     }
 
     fn head(&self) -> &AtomicU64 {
@@ -121,17 +136,11 @@ impl FifoMem {
         unsafe { &(*(self.base.add(std::mem::size_of::<Counter>()) as *const Counter)).0 }
     }
 
-    fn len_of(&self, slot: usize) -> &AtomicU32 {
-        debug_assert!(slot < self.nslots);
-        // SAFETY: `slot < nslots`, so the u32 lies inside the lengths array,
-        // 4-aligned after the 128-byte counters, zero-initialised.
-        unsafe { &*(self.base.add(Self::lens_off() + 4 * slot) as *const AtomicU32) }
-    }
-
     fn slot_ptr(&self, slot: usize) -> *mut u8 {
-        // SAFETY: `slot < nslots` (callers reduce modulo nslots), so the
-        // offset stays inside the allocation.
-        unsafe { self.base.add(Self::data_off(self.nslots) + (slot % self.nslots) * self.slot_bytes) }
+        let off = Self::slots_off() + (slot % self.nslots) * Self::stride(self.slot_bytes) + SLOT_ALIGN;
+        // SAFETY: `slot % nslots < nslots`, so the data after that slot's
+        // header stays inside the allocation.
+        unsafe { self.base.add(off) }
     }
 
     /// Bytes per slot.
@@ -158,6 +167,8 @@ impl Drop for FifoMem {
 pub struct FifoSend {
     mem: Arc<FifoMem>,
     head: u64,
+    /// `tail` as last read: slots below `tail + nslots` are free.
+    tail: u64,
     receiver: BellRef,
 }
 
@@ -172,7 +183,8 @@ impl FifoSend {
     /// The sending end of `mem`; posting rings `receiver`.
     pub fn new(mem: Arc<FifoMem>, receiver: BellRef) -> Self {
         let head = mem.head().load(Ordering::Acquire);
-        FifoSend { mem, head, receiver }
+        let tail = mem.tail().load(Ordering::Acquire);
+        FifoSend { mem, head, tail, receiver }
     }
 
     /// Slots in the FIFO.
@@ -195,20 +207,25 @@ impl FifoSend {
 
     /// The next free slot, if the receiver has released one.
     pub fn reserve(&mut self) -> Option<*mut u8> {
-        let tail = self.mem.tail().load(Ordering::Acquire);
-        (self.head - tail < self.mem.nslots as u64)
-            .then(|| self.mem.slot_ptr((self.head % self.mem.nslots as u64) as usize))
+        let n = self.mem.nslots as u64;
+        if self.head - self.tail >= n {
+            self.tail = self.mem.tail().load(Ordering::Acquire);
+        }
+        (self.head - self.tail < n).then(|| self.mem.slot_ptr((self.head % n) as usize))
     }
 
     /// Publishes the reserved slot holding `bytes` bytes of the call `fp`.
     pub fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
-        let slot = (self.head % self.mem.nslots as u64) as usize;
-        self.mem.len_of(slot).store(bytes as u32, Ordering::Relaxed);
-        for (w, v) in self.mem.fp_of(slot).iter().zip(fp) {
+        let h = self.mem.header((self.head % self.mem.nslots as u64) as usize);
+        h.len.store(bytes as u32, Ordering::Relaxed);
+        for (w, v) in h.fp.iter().zip(fp) {
             w.store(*v, Ordering::Relaxed);
         }
         self.head += 1;
-        self.mem.head().store(self.head, Ordering::Release);
+        h.seq.store(self.head, Ordering::Release);
+        // Only for an end that connects later (`new`): the receiver polls
+        // the header, so this line stays in the sender's cache.
+        self.mem.head().store(self.head, Ordering::Relaxed);
         self.receiver.as_ref().as_ref().ring();
     }
 
@@ -232,11 +249,11 @@ impl FifoRecv {
 
     /// The oldest posted slot, its length and its call's fingerprint, if any.
     pub fn peek(&mut self) -> Option<(*const u8, usize, [u64; 4])> {
-        let head = self.mem.head().load(Ordering::Acquire);
-        (head > self.tail).then(|| {
-            let slot = (self.tail % self.mem.nslots as u64) as usize;
-            let fp = self.mem.fp_of(slot).each_ref().map(|w| w.load(Ordering::Relaxed));
-            (self.mem.slot_ptr(slot) as *const u8, self.mem.len_of(slot).load(Ordering::Relaxed) as usize, fp)
+        let slot = (self.tail % self.mem.nslots as u64) as usize;
+        let h = self.mem.header(slot);
+        (h.seq.load(Ordering::Acquire) == self.tail + 1).then(|| {
+            let fp = h.fp.each_ref().map(|w| w.load(Ordering::Relaxed));
+            (self.mem.slot_ptr(slot) as *const u8, h.len.load(Ordering::Relaxed) as usize, fp)
         })
     }
 
