@@ -28,6 +28,19 @@ pub(crate) const P2P_CHANNEL: u32 = 1 << 16;
 /// count, root, channels, piece size, in place.
 type PlanKey = (Coll, Algo, usize, usize, usize, usize, bool);
 
+/// What a call's choice and plan follow from on its group: collective,
+/// count, root, in place, element size.
+type CallKey = (Coll, usize, usize, bool, usize);
+
+/// The schedules made so far, and the last call's choice and plan (a loop
+/// repeating one call skips the tuner and the map).
+#[derive(Default)]
+struct Plans {
+    map: HashMap<PlanKey, Arc<Checked>>,
+    /// The last call, the tuner's generation then, its choice and plan.
+    last: Option<(CallKey, u64, tune::Choice, Arc<Checked>)>,
+}
+
 /// Schedules kept per group before the cache starts over.
 const MAX_PLANS: usize = 256;
 
@@ -40,7 +53,7 @@ pub(crate) struct Inner {
     pub tuner: tune::Tuner,
     /// Schedules made so far, by what determines them: a repeated call
     /// reuses its schedule instead of generating it again.
-    plans: Mutex<HashMap<PlanKey, Arc<Checked>>>,
+    plans: Mutex<Plans>,
     endpoints: Arc<[usize]>,
     registry: Arc<Registry>,
     seq: AtomicU64,
@@ -105,7 +118,7 @@ impl Group {
             hosts,
             config,
             tuner: tune::Tuner::new(crate::sim::Model::DEFAULT.with_cores(cores), rank == 0),
-            plans: Mutex::new(HashMap::default()),
+            plans: Mutex::new(Plans::default()),
             endpoints,
             registry,
             seq: AtomicU64::new(0),
@@ -168,6 +181,53 @@ impl Group {
         counter.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The tuner's choice for `call` and its checked schedule: the last
+    /// call's if this one is the same, else from the plan cache or made.
+    fn plan_of<T: Reduce>(&self, call: &Call<T>) -> Result<(tune::Choice, Arc<Checked>)> {
+        let inner = &self.inner;
+        let quick: CallKey = (call.coll, call.count, call.root, call.in_place, std::mem::size_of::<T>());
+        let generation = inner.tuner.generation();
+        if let Ok(p) = inner.plans.lock() {
+            if let Some((k, g, choice, checked)) = &p.last {
+                if *k == quick && *g == generation {
+                    return Ok((*choice, Arc::clone(checked)));
+                }
+            }
+        }
+        let choice = inner.tuner.choose(call.coll, call.count, std::mem::size_of::<T>(), &inner.hosts, &inner.config);
+        // the key determines the layout too (size and rank are the group's)
+        let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
+        let cached = inner.plans.lock().ok().and_then(|p| p.map.get(&key).cloned());
+        let checked = match cached {
+            Some(c) => c,
+            None => {
+                let params = Params {
+                    nranks: inner.size,
+                    rank: inner.rank,
+                    count: call.count,
+                    root: call.root,
+                    channels: choice.channels,
+                    chunk: choice.chunk,
+                    in_place: call.in_place,
+                    hosts: &inner.hosts,
+                };
+                let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
+                let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
+                Arc::new(Checked::new(s, layout)?)
+            }
+        };
+        if let Ok(mut p) = inner.plans.lock() {
+            if !p.map.contains_key(&key) {
+                if p.map.len() >= MAX_PLANS {
+                    p.map.clear();
+                }
+                p.map.insert(key, Arc::clone(&checked));
+            }
+            p.last = Some((quick, generation, choice, Arc::clone(&checked)));
+        }
+        Ok((choice, checked))
+    }
+
     /// Plans and queues a call; the id to wait on.
     ///
     /// # Safety
@@ -181,35 +241,7 @@ impl Group {
         on_done: Option<Box<dyn FnOnce() + Send>>,
     ) -> Result<u64> {
         let inner = &self.inner;
-        let choice = inner.tuner.choose(call.coll, call.count, std::mem::size_of::<T>(), &inner.hosts, &inner.config);
-        let params = Params {
-            nranks: inner.size,
-            rank: inner.rank,
-            count: call.count,
-            root: call.root,
-            channels: choice.channels,
-            chunk: choice.chunk,
-            in_place: call.in_place,
-            hosts: &inner.hosts,
-        };
-        // the key determines the layout too (size and rank are the group's)
-        let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
-        let cached = inner.plans.lock().ok().and_then(|p| p.get(&key).cloned());
-        let checked = match cached {
-            Some(c) => c,
-            None => {
-                let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
-                let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
-                let c = Arc::new(Checked::new(s, layout)?);
-                if let Ok(mut p) = inner.plans.lock() {
-                    if p.len() >= MAX_PLANS {
-                        p.clear();
-                    }
-                    p.insert(key, Arc::clone(&c));
-                }
-                c
-            }
-        };
+        let (choice, checked) = self.plan_of::<T>(&call)?;
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_name = call.coll.reduces().then_some(O::NAME);

@@ -30,6 +30,8 @@ type Link = (Option<usize>, Option<usize>);
 /// first call of a plan, then shared by every later call of it.
 #[derive(Debug)]
 struct Wiring {
+    /// The schedule wired.
+    sched: Arc<Schedule>,
     /// Per channel, per step: the connections it sends and receives on.
     links: Vec<Vec<Link>>,
     /// Every connection used, by [`Conns::send_id`]/[`Conns::recv_id`],
@@ -38,7 +40,7 @@ struct Wiring {
 }
 
 impl Wiring {
-    fn new(sched: &Schedule, channel_base: u32, conns: &mut Conns) -> Result<Self> {
+    fn new(sched: &Arc<Schedule>, channel_base: u32, conns: &mut Conns) -> Result<Self> {
         let mut links = Vec::with_capacity(sched.channels.len());
         for (c, ch) in sched.channels.iter().enumerate() {
             let channel = channel_base + c as u32;
@@ -58,13 +60,12 @@ impl Wiring {
             .collect();
         uses.sort_unstable();
         uses.dedup();
-        Ok(Wiring { links, uses })
+        Ok(Wiring { sched: Arc::clone(sched), links, uses })
     }
 }
 
 /// One call in progress on this rank.
 pub struct Exec<T: Reduce, O: ReduceOp<T>> {
-    sched: Arc<Schedule>,
     layout: Layout,
     input: *const T,
     output: *mut T,
@@ -148,7 +149,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
         let Plan { checked, slot_elems, channel_base, fp, device } = plan;
-        let (sched, layout) = (Arc::clone(&checked.sched), checked.layout);
+        let layout = checked.layout;
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
             return Err(Error::new(ErrorKind::Unsupported(format!(
@@ -158,6 +159,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             ))));
         }
         let wiring = checked.wiring(channel_base, conns)?;
+        let sched = &wiring.sched;
         if slot_elems == 0 || slot_elems * size > conns.slot_bytes() {
             return Err(Error::internal(format!("{slot_elems} elements of {size} B do not fit a slot")));
         }
@@ -171,12 +173,12 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let pcs = vec![(0, 0); sched.channels.len()];
         let input = if layout.in_place.is_some() { output as *const T } else { input };
         let fp = fp.words();
-        Ok(Exec { sched, layout, input, output, scratch, pcs, wiring, slot_elems, fp, gpu, _op: PhantomData })
+        Ok(Exec { layout, input, output, scratch, pcs, wiring, slot_elems, fp, gpu, _op: PhantomData })
     }
 
     /// Whether every channel has finished.
     pub fn done(&self) -> bool {
-        self.pcs.iter().zip(&self.sched.channels).all(|(&(i, _), ch)| i >= ch.len())
+        self.pcs.iter().zip(&self.wiring.sched.channels).all(|(&(i, _), ch)| i >= ch.len())
     }
 
     /// Advances every channel as far as it can go now; `true` if anything moved.
@@ -215,7 +217,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             .pcs
             .iter()
             .enumerate()
-            .filter_map(|(c, &(i, _))| self.sched.channels[c].get(i))
+            .filter_map(|(c, &(i, _))| self.wiring.sched.channels[c].get(i))
             .flat_map(|st| [st.recv_peer(), st.send_peer()])
             .flatten()
             .collect();
@@ -228,7 +230,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     pub fn waiting(&self) -> String {
         let mut w = Vec::new();
         for (c, &(i, _)) in self.pcs.iter().enumerate() {
-            if let Some(st) = self.sched.channels[c].get(i) {
+            if let Some(st) = self.wiring.sched.channels[c].get(i) {
                 let what = match (st.recv_peer(), st.send_peer()) {
                     (Some(f), _) => format!("to receive from rank {f}"),
                     (None, Some(t)) => format!("for a free slot towards rank {t}"),
@@ -270,7 +272,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// Moves channel `c` by one slot (or one local step).
     fn step(&mut self, c: usize, conns: &mut Conns) -> Result<bool> {
         let (i, u) = self.pcs[c];
-        let Some(&st) = self.sched.channels[c].get(i) else {
+        let Some(&st) = self.wiring.sched.channels[c].get(i) else {
             return Ok(false);
         };
         let (si, ri) = self.wiring.links[c][i];

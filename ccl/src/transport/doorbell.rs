@@ -143,7 +143,12 @@ impl Backoff {
     pub fn snooze(&mut self, deadline: impl FnOnce() -> Instant, sleep: impl FnOnce(Duration)) {
         self.step = self.step.saturating_add(1);
         if self.step <= self.spins {
-            std::hint::spin_loop();
+            // a rank with a core of its own re-polls at once: a pause costs
+            // more than the poll itself (measured: 8 B all_reduce 0.43 →
+            // 0.37 µs on 2 ranks without it); ranks that share cores pause
+            if self.spins < SPINS_DEDICATED {
+                std::hint::spin_loop();
+            }
         } else if self.step <= self.spins + YIELDS {
             std::thread::yield_now();
         } else {

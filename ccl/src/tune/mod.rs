@@ -21,6 +21,7 @@ use crate::config::{Config, LogLevel, NSLOTS};
 use crate::sim::{simulate, Model};
 use crate::topo::Hosts;
 use rustc_hash::FxHashMap as HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// What a call will run.
@@ -48,6 +49,9 @@ pub struct Tuner {
     rules: Mutex<Rules>,
     /// (collective, element size, size class) → algorithm.
     memo: Mutex<HashMap<(Coll, usize, u32), Algo>>,
+    /// Counts changes of model or rules: a choice remembered elsewhere is
+    /// current while this has not moved.
+    generation: AtomicU64,
 }
 
 /// The size class of `bytes`: the exponent of the next power of two.
@@ -73,7 +77,13 @@ impl Tuner {
             model: Mutex::new(model),
             rules: Mutex::new(Rules::default()),
             memo: Mutex::new(HashMap::default()),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// Moves whenever the model or the rules change (choices may differ).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The model it predicts with.
@@ -86,6 +96,7 @@ impl Tuner {
     pub fn set_model(&self, model: Model) {
         *self.model.lock().unwrap_or_else(|p| p.into_inner()) = model;
         self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Consults `rules` before the model from now on.
@@ -93,7 +104,7 @@ impl Tuner {
         *self.rules.lock().unwrap_or_else(|p| p.into_inner()) = rules;
         // choices made before came without these rules
         self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The choice for `coll` moving `count` elements of `elem_size` bytes.
