@@ -434,3 +434,37 @@ fn fnv(words: &[u64]) -> u64 {
     }
     h
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_algo(g: &Group) -> Option<Algo> {
+        g.inner.plans.lock().ok().and_then(|p| p.last.as_ref().map(|l| l.2.algo))
+    }
+
+    #[test]
+    fn a_repeated_call_follows_rules_set_after_it() {
+        let algos = crate::testing::run_local(2, |g| {
+            let c = g.typed::<f32>();
+            let mut v = vec![g.rank() as f32; 64];
+            let mut seen = Vec::new();
+            for algo in ["ring", "rd", "tree"] {
+                let rule = format!("all_reduce 2 1 256 {algo}\n");
+                g.inner.tuner.set_rules(tune::Rules::parse(&rule, "test").expect("rules"));
+                // twice: the second call is served from the last-call memo
+                for _ in 0..2 {
+                    v.iter_mut().for_each(|x| *x = g.rank() as f32);
+                    c.all_reduce(&mut v, crate::Sum).expect("all_reduce");
+                    assert!(v.iter().all(|&x| x == 1.0), "sum of ranks 0 and 1");
+                    seen.push(last_algo(&g));
+                }
+            }
+            seen
+        });
+        let want = [Algo::Ring, Algo::Ring, Algo::RecursiveDoubling, Algo::RecursiveDoubling, Algo::Tree, Algo::Tree];
+        for seen in algos {
+            assert_eq!(seen, want.map(Some).to_vec());
+        }
+    }
+}
