@@ -200,6 +200,52 @@ fn tag_output_and_exported_variables() {
     assert_eq!(lines, vec!["[0] hi 0 3", "[1] hi 1 3", "[2] hi 2 3"]);
 }
 
+/// The CPUs the kernel lets this process use, as `/proc/self/status` lists them.
+fn cpus_allowed_here() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list").trim().to_string()
+}
+
+/// Expands a CPU list such as `0-2,5` into `[0, 1, 2, 5]`.
+fn cpu_list(s: &str) -> Vec<usize> {
+    let num = |x: &str| x.trim().parse::<usize>().expect("cpu number");
+    s.split(',')
+        .flat_map(|part| match part.split_once('-') {
+            Some((a, b)) => (num(a)..=num(b)).collect::<Vec<_>>(),
+            None => vec![num(part)],
+        })
+        .collect()
+}
+
+#[test]
+fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
+    let allowed = cpu_list(&cpus_allowed_here());
+    let np = allowed.len() + 1; // one more than CPUs: the last rank wraps to the first CPU
+    let np_s = np.to_string();
+    let show = ["--tag-output", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"];
+    let per_rank = |bind: &str| -> Vec<Vec<usize>> {
+        let mut args = vec!["-np", &np_s, "--oversubscribe", "--bind-to", bind];
+        args.extend(show);
+        let o = run(&args);
+        assert!(o.status.success(), "{:?}", text(&o));
+        let mut got = vec![Vec::new(); np];
+        for line in text(&o).0.lines() {
+            let (rank, list) = line.split_once("] Cpus_allowed_list:").expect("tagged line");
+            got[rank.trim_start_matches('[').parse::<usize>().expect("rank")] = cpu_list(list.trim());
+        }
+        got
+    };
+    let pinned = per_rank("core");
+    for (r, cpus) in pinned.iter().enumerate() {
+        assert_eq!(cpus, &vec![allowed[r % allowed.len()]], "rank {r} of {np}");
+    }
+    for (r, cpus) in per_rank("none").iter().enumerate() {
+        assert_eq!(cpus, &allowed, "rank {r} unpinned");
+    }
+    let bad = run(&["-np", "1", "--bind-to", "socket", "true"]);
+    assert_eq!(bad.status.code(), Some(2), "an unknown binding is a usage error");
+}
+
 #[test]
 fn job_timeout_ends_everything_with_124() {
     let o = run(&["-np", "2", "--timeout", "1", FAULT, "hang"]);

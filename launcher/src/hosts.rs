@@ -126,6 +126,7 @@ pub fn host_job(spec: &Spec, h: usize, id: &UniqueId, remote: bool) -> HostJob {
             .map(|(rank, p)| RankSpec { rank, local_rank: p.local_rank, local_size: p.local_size })
             .collect(),
         world: spec.placement.len(),
+        bind: spec.bind,
     }
 }
 

@@ -36,6 +36,8 @@ pub struct Spec {
     pub env: Vec<(String, String)>,
     /// Prefix output lines with `[rank]`.
     pub tag_output: bool,
+    /// How ranks are pinned to CPUs.
+    pub bind: cclrun::proto::Bind,
     /// End the job after this long.
     pub timeout: Option<Duration>,
     /// How to reach other hosts.

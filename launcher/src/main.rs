@@ -47,6 +47,11 @@ struct Cli {
     /// Allow more ranks than the hostfile has slots
     #[arg(long)]
     oversubscribe: bool,
+    /// Pin each rank to one CPU of those cclrun may use on its host, in
+    /// local-rank order (wrapping when there are more ranks), as mpirun's
+    /// `--bind-to core`; `none` leaves placement to the kernel
+    #[arg(long = "bind-to", value_enum, default_value = "none")]
+    bind_to: cclrun::proto::Bind,
     /// End the whole job after SECS seconds (exit code 124)
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
@@ -151,6 +156,7 @@ fn run() -> i32 {
         args: cli.command[1..].to_vec(),
         env,
         tag_output: cli.tag_output,
+        bind: cli.bind_to,
         timeout: cli.timeout.filter(|t| *t > 0.0).map(Duration::from_secs_f64),
         ssh,
         remote_cclrun: cli.remote_cclrun.clone().unwrap_or(this),

@@ -40,6 +40,19 @@ pub struct HostJob {
     pub ranks: Vec<RankSpec>,
     /// World size.
     pub world: usize,
+    /// How ranks are pinned to CPUs.
+    #[serde(default)]
+    pub bind: Bind,
+}
+
+/// How a host's ranks are pinned to CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Bind {
+    /// Not at all: the kernel places them.
+    #[default]
+    None,
+    /// Local rank i to the i-th CPU the launcher may use (wrapping).
+    Core,
 }
 
 /// How a rank ended.

@@ -6,7 +6,7 @@
 //! that started them (`PR_SET_PDEATHSIG = SIGKILL`), so [`spawn`] must be
 //! called from a thread that lives as long as the job (the main thread).
 
-use crate::proto::{Event, HostJob, Status};
+use crate::proto::{Bind, Event, HostJob, Status};
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -70,6 +70,27 @@ impl Ranks {
     }
 }
 
+/// The CPUs this process may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain bits; all-zero is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads bit `c` of a live set; c < CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+/// A CPU set holding only `cpu`.
+fn cpu_set(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain bits; all-zero is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` came from the allowed set, so it is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    set
+}
+
 /// Status of an exited child.
 fn status_of(st: std::process::ExitStatus) -> Status {
     Status { code: st.code(), signal: st.signal() }
@@ -82,6 +103,10 @@ pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>, stop: &dyn Fn() 
     let live = Arc::new(Mutex::new(Vec::with_capacity(job.ranks.len())));
     let ranks = Ranks { live: live.clone() };
     let parent = std::process::id() as libc::pid_t;
+    let cpus = match job.bind {
+        Bind::Core => allowed_cpus(),
+        Bind::None => Vec::new(),
+    };
     for r in &job.ranks {
         if stop() {
             // interrupted while starting many ranks: end the ones started
@@ -101,10 +126,16 @@ pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>, stop: &dyn Fn() 
         if let Some(dir) = &job.cwd {
             cmd.current_dir(dir);
         }
+        let pin = (!cpus.is_empty()).then(|| cpu_set(cpus[r.local_rank % cpus.len()]));
         // SAFETY: between fork and exec we only make async-signal-safe calls
-        // (setpgid, prctl, getppid, _exit).
+        // (setpgid, prctl, getppid, sched_setaffinity, _exit) on memory
+        // prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(set) = &pin {
+                    // a CPU that cannot be pinned to leaves the rank unpinned
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
+                }
                 libc::setpgid(0, 0); // its own group, so its children can be signalled with it
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 if libc::getppid() != parent {
