@@ -68,6 +68,17 @@ impl Hosts {
     }
 }
 
+/// CPUs this host gives the job: `CCL_HOST_CPUS` as cclrun sets it (the
+/// CPUs it may use there, which a rank pinned by `--bind-to core` no longer
+/// sees itself), else the CPUs this process may use.
+pub fn host_cpus() -> usize {
+    std::env::var("CCL_HOST_CPUS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |c| c.get()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

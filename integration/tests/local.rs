@@ -242,6 +242,9 @@ fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
     for (r, cpus) in per_rank("none").iter().enumerate() {
         assert_eq!(cpus, &allowed, "rank {r} unpinned");
     }
+    // a pinned rank sees one CPU; cclrun tells it how many the host gives the job
+    let o = run(&["-np", "1", "--bind-to", "core", "sh", "-c", "echo $CCL_HOST_CPUS"]);
+    assert_eq!(text(&o).0.trim(), allowed.len().to_string());
     let bad = run(&["-np", "1", "--bind-to", "socket", "true"]);
     assert_eq!(bad.status.code(), Some(2), "an unknown binding is a usage error");
 }

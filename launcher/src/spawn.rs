@@ -103,8 +103,9 @@ pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>, stop: &dyn Fn() 
     let live = Arc::new(Mutex::new(Vec::with_capacity(job.ranks.len())));
     let ranks = Ranks { live: live.clone() };
     let parent = std::process::id() as libc::pid_t;
+    let allowed = allowed_cpus();
     let cpus = match job.bind {
-        Bind::Core => allowed_cpus(),
+        Bind::Core => allowed.clone(),
         Bind::None => Vec::new(),
     };
     for r in &job.ranks {
@@ -120,6 +121,8 @@ pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>, stop: &dyn Fn() 
             .env("CCL_WORLD_SIZE", job.world.to_string())
             .env("CCL_LOCAL_RANK", r.local_rank.to_string())
             .env("CCL_LOCAL_SIZE", r.local_size.to_string())
+            // the host's CPUs, which a pinned rank cannot see for itself
+            .env("CCL_HOST_CPUS", allowed.len().max(1).to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

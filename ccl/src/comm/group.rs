@@ -105,7 +105,7 @@ impl Group {
         }
         let conns = Conns::new(Arc::clone(&registry), id, rank, Arc::clone(&endpoints), config.slot_bytes());
         let local = hosts.groups().iter().find(|g| g.contains(&rank)).map_or(1, Vec::len);
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let cores = crate::topo::host_cpus();
         let aborted = Arc::new(AtomicBool::new(false));
         let chatty = config.debug >= crate::config::LogLevel::Info;
         let engine =
@@ -138,7 +138,7 @@ impl Group {
     /// included) share this machine's cores, even if `CCL_HOSTID` makes
     /// them separate hosts: it then spins only as long as fits.
     pub(crate) fn share_cores_with(&self, ranks: usize) {
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let cores = crate::topo::host_cpus();
         if let Ok(mut e) = self.inner.engine.lock() {
             e.set_spins(Backoff::spins_for(ranks, cores));
         }
