@@ -220,11 +220,13 @@ fn cpu_list(s: &str) -> Vec<usize> {
 #[test]
 fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
     let allowed = cpu_list(&cpus_allowed_here());
-    let np = allowed.len() + 1; // one more than CPUs: the last rank wraps to the first CPU
-    let np_s = np.to_string();
     let show = ["--tag-output", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"];
-    let per_rank = |bind: &str| -> Vec<Vec<usize>> {
-        let mut args = vec!["-np", &np_s, "--oversubscribe", "--bind-to", bind];
+    let per_rank_of = |np: usize, bind: Option<&str>| -> Vec<Vec<usize>> {
+        let np_s = np.to_string();
+        let mut args = vec!["-np", &np_s, "--oversubscribe"];
+        if let Some(b) = bind {
+            args.extend(["--bind-to", b]);
+        }
         args.extend(show);
         let o = run(&args);
         assert!(o.status.success(), "{:?}", text(&o));
@@ -235,12 +237,19 @@ fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
         }
         got
     };
-    let pinned = per_rank("core");
-    for (r, cpus) in pinned.iter().enumerate() {
+    let np = allowed.len() + 1; // one more than CPUs: the last rank wraps to the first CPU
+    for (r, cpus) in per_rank_of(np, Some("core")).iter().enumerate() {
         assert_eq!(cpus, &vec![allowed[r % allowed.len()]], "rank {r} of {np}");
     }
-    for (r, cpus) in per_rank("none").iter().enumerate() {
+    for (r, cpus) in per_rank_of(np, Some("none")).iter().enumerate() {
         assert_eq!(cpus, &allowed, "rank {r} unpinned");
+    }
+    // by default, as mpirun: pinned while every rank has a CPU of its own, else not
+    for (r, cpus) in per_rank_of(allowed.len(), None).iter().enumerate() {
+        assert_eq!(cpus, &vec![allowed[r]], "rank {r} of {} by default", allowed.len());
+    }
+    for (r, cpus) in per_rank_of(np, None).iter().enumerate() {
+        assert_eq!(cpus, &allowed, "rank {r} of {np} (more than CPUs) by default");
     }
     // a pinned rank sees one CPU; cclrun tells it how many the host gives the job
     let o = run(&["-np", "1", "--bind-to", "core", "sh", "-c", "echo $CCL_HOST_CPUS"]);
