@@ -44,6 +44,15 @@ pub struct Model {
     pub step: f64,
     /// Cores per host (0: as many as ranks).
     pub cores: usize,
+    /// Seconds a message waits, on a host with more ranks than cores, for
+    /// its receiver to get a core (scaled by the share of the host's ranks
+    /// without one: a hand-off there often costs a context switch).
+    pub switch: f64,
+    /// Bytes of cache per host (0: none modelled).
+    pub cache: f64,
+    /// How many times faster copies and reductions run when a call's data
+    /// on a host (every local rank's input and output) fits that cache.
+    pub cached: f64,
 }
 
 impl Model {
@@ -59,6 +68,9 @@ impl Model {
         reduce: 14e9,
         step: 0.3e-6,
         cores: 0,
+        switch: 0.0,
+        cache: 0.0,
+        cached: 1.0,
     };
 
     /// This model with `cores` cores per host.

@@ -53,6 +53,9 @@ struct Args {
     /// Also draw predicted busbw against size, one line per algorithm, as SVG to this file
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Print each algorithm's predicted time per call (us) instead of its busbw
+    #[arg(long)]
+    times: bool,
 }
 
 #[derive(Deserialize)]
@@ -75,6 +78,20 @@ struct RankSpec {
     /// Cores per host; ranks beyond them share (0 or absent: enough).
     #[serde(default)]
     cores: usize,
+    /// Microseconds a message waits for its receiver to get a core on a
+    /// host with more ranks than cores (scaled by the share without one).
+    #[serde(default)]
+    switch_us: f64,
+    /// Cache per host in MiB (absent: not modelled).
+    #[serde(default)]
+    cache_mib: f64,
+    /// Speed-up of copies and reductions on data that fits the cache.
+    #[serde(default = "unit")]
+    cached_speedup: f64,
+}
+
+fn unit() -> f64 {
+    1.0
 }
 
 #[derive(Deserialize)]
@@ -110,6 +127,9 @@ fn run(a: &Args) -> Result<(), String> {
         reduce: t.rank.reduce_gb_s * 1e9,
         step: t.rank.step_us * 1e-6,
         cores: t.rank.cores,
+        switch: t.rank.switch_us * 1e-6,
+        cache: t.rank.cache_mib * (1 << 20) as f64,
+        cached: t.rank.cached_speedup,
     };
     let hosts = Hosts::blocks(&vec![per; nh]);
     let n = nh * per;
@@ -126,7 +146,8 @@ fn run(a: &Args) -> Result<(), String> {
         model.reduce / 1e9
     );
     println!(
-        "# predicted busbw (GB/s) per algorithm (skip: over {} steps, not considered); pick: the tuner's choice",
+        "# predicted {} per algorithm (skip: over {} steps, not considered); pick: the tuner's choice",
+        if a.times { "time per call (us)" } else { "busbw (GB/s)" },
         ccl::sim::MAX_STEPS
     );
     print!("# {:>12} {:>12}", "size (B)", "count");
@@ -147,7 +168,11 @@ fn run(a: &Args) -> Result<(), String> {
                 Some((_, secs)) => {
                     let busbw = size as f64 / secs / 1e9 * busbw_factor(coll.name(), n);
                     line.points.push((size, busbw));
-                    print!(" {busbw:>10.2}")
+                    if a.times {
+                        print!(" {:>10.2}", secs * 1e6)
+                    } else {
+                        print!(" {busbw:>10.2}")
+                    }
                 }
                 None => print!(" {:>10}", "skip"),
             }
