@@ -57,20 +57,22 @@ pub struct Model {
 
 impl Model {
     /// Figures for a current server over TCP on 10 Gbit/s Ethernet (a
-    /// shared-memory hand-off costs a microsecond; the copies are the
-    /// ranks' own work, fitted to 2-rank runs at 16 MiB on this project's
-    /// 2-core machine); what the tuner assumes until measured.
+    /// shared-memory hand-off costs a microsecond; the copies, reductions
+    /// and per-step work are the ranks' own, fitted with `bench/simcheck` to
+    /// 2-rank runs at 32 KiB–16 MiB on this project's 2-core machine, as
+    /// `ccl/topologies/this-machine-shm.toml`); what the tuner assumes until
+    /// measured.
     pub const DEFAULT: Model = Model {
         intra: Link { latency: 1e-6, bandwidth: 100e9 },
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
         nics: 1,
-        copy: 19e9,
-        reduce: 14e9,
-        step: 0.3e-6,
+        copy: 18e9,
+        reduce: 13e9,
+        step: 1.8e-6,
         cores: 0,
         switch: 0.0,
-        cache: 0.0,
-        cached: 1.0,
+        cache: 24.0 * (1 << 20) as f64,
+        cached: 2.2,
     };
 
     /// This model with `cores` cores per host.
