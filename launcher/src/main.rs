@@ -49,11 +49,10 @@ struct Cli {
     oversubscribe: bool,
     /// Pin each rank to one CPU of those cclrun may use on its host, in
     /// local-rank order (wrapping when there are more ranks), as mpirun's
-    /// `--bind-to core`; `none` leaves placement to the kernel [default:
-    /// core when the whole job runs on this host with no more ranks than
-    /// CPUs, as mpirun does; otherwise none]
-    #[arg(long = "bind-to", value_enum)]
-    bind_to: Option<cclrun::proto::Bind>,
+    /// `--bind-to core`; `none` leaves placement to the kernel (jobs side by
+    /// side on one machine would otherwise share the same first CPUs)
+    #[arg(long = "bind-to", value_enum, default_value = "none")]
+    bind_to: cclrun::proto::Bind,
     /// End the whole job after SECS seconds (exit code 124)
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
@@ -101,19 +100,6 @@ fn ranks_text(r: &[usize]) -> String {
         [one] => format!("rank {one}"),
         [a, .., b] if b - a + 1 == r.len() => format!("ranks {a}-{b}"),
         _ => format!("ranks {}", r.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")),
-    }
-}
-
-/// Core binding when every rank runs on one host, this one, and each can
-/// have a CPU of its own (ranks that share CPUs, or hosts that may be one
-/// machine, are left to the kernel).
-fn default_binding(hosts: &[HostSlots], host_of: &[usize]) -> cclrun::proto::Bind {
-    let used: std::collections::BTreeSet<usize> = host_of.iter().copied().collect();
-    let one_local = used.len() == 1 && used.iter().all(|&h| is_local(&hosts[h].name));
-    if one_local && host_of.len() <= cclrun::spawn::allowed_cpus().len() {
-        cclrun::proto::Bind::Core
-    } else {
-        cclrun::proto::Bind::None
     }
 }
 
@@ -171,7 +157,7 @@ fn run() -> i32 {
         args: cli.command[1..].to_vec(),
         env,
         tag_output: cli.tag_output,
-        bind: cli.bind_to.unwrap_or_else(|| default_binding(&hosts, &host_of)),
+        bind: cli.bind_to,
         timeout: cli.timeout.filter(|t| *t > 0.0).map(Duration::from_secs_f64),
         ssh,
         remote_cclrun: cli.remote_cclrun.clone().unwrap_or(this),

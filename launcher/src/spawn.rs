@@ -71,7 +71,7 @@ impl Ranks {
 }
 
 /// The CPUs this process may run on, in order.
-pub fn allowed_cpus() -> Vec<usize> {
+fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain bits; all-zero is a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a live cpu_set_t of the size passed.
