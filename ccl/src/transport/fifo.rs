@@ -42,7 +42,8 @@ struct Header {
     fp: [AtomicU64; 4],
 }
 
-/// The shared part: counters, then per slot a header line and the data.
+/// The shared part: the receiver's `tail`, then per slot a header line
+/// and the data.
 pub struct FifoMem {
     base: *mut u8,
     backing: Backing,
@@ -56,7 +57,7 @@ pub struct FifoMem {
 /// Something a sender keeps alive for its receiver.
 pub type Attachment = Arc<dyn std::any::Any + Send + Sync>;
 
-// SAFETY: the memory is only touched through atomics (counters, lengths) or
+// SAFETY: the memory is only touched through atomics (tail, headers) or
 // through slots that the head/tail protocol hands to exactly one side at a
 // time; the raw pointer is owned and freed once, on drop.
 unsafe impl Send for FifoMem {}
@@ -69,7 +70,7 @@ impl FifoMem {
     pub fn new(nslots: usize, slot_bytes: usize) -> Option<Arc<Self>> {
         let (nslots, slot_bytes) = Self::shape(nslots, slot_bytes);
         let layout = Layout::from_size_align(Self::size(nslots, slot_bytes)?, SLOT_ALIGN).ok()?;
-        // SAFETY: `layout` has a non-zero size (two counters at least).
+        // SAFETY: `layout` has a non-zero size (the tail counter at least).
         let base = unsafe { alloc_zeroed(layout) };
         if base.is_null() {
             return None;
@@ -114,7 +115,7 @@ impl FifoMem {
     }
 
     fn slots_off() -> usize {
-        2 * std::mem::size_of::<Counter>()
+        std::mem::size_of::<Counter>()
     }
 
     fn header(&self, slot: usize) -> &Header {
@@ -125,15 +126,10 @@ impl FifoMem {
         unsafe { &*(self.base.add(Self::slots_off() + slot * Self::stride(self.slot_bytes)) as *const Header) }
     }
 
-    fn head(&self) -> &AtomicU64 {
+    fn tail(&self) -> &AtomicU64 {
         // SAFETY: offset 0 holds a zero-initialised, 64-aligned Counter that
         // lives as long as `self`; AtomicU64 accepts any bit pattern.
         unsafe { &(*(self.base as *const Counter)).0 }
-    }
-
-    fn tail(&self) -> &AtomicU64 {
-        // SAFETY: as `head`, at the second Counter.
-        unsafe { &(*(self.base.add(std::mem::size_of::<Counter>()) as *const Counter)).0 }
     }
 
     fn slot_ptr(&self, slot: usize) -> *mut u8 {
@@ -182,9 +178,10 @@ pub struct FifoRecv {
 impl FifoSend {
     /// The sending end of `mem`; posting rings `receiver`.
     pub fn new(mem: Arc<FifoMem>, receiver: BellRef) -> Self {
-        let head = mem.head().load(Ordering::Acquire);
+        // every posted message was released before a new end attaches (a
+        // FIFO gets its ends once, fresh), so the next message follows tail
         let tail = mem.tail().load(Ordering::Acquire);
-        FifoSend { mem, head, tail, receiver }
+        FifoSend { mem, head: tail, tail, receiver }
     }
 
     /// Slots in the FIFO.
@@ -223,9 +220,6 @@ impl FifoSend {
         }
         self.head += 1;
         h.seq.store(self.head, Ordering::Release);
-        // Only for an end that connects later (`new`): the receiver polls
-        // the header, so this line stays in the sender's cache.
-        self.mem.head().store(self.head, Ordering::Relaxed);
         self.receiver.as_ref().as_ref().ring();
     }
 
