@@ -44,10 +44,6 @@ pub struct Model {
     pub step: f64,
     /// Cores per host (0: as many as ranks).
     pub cores: usize,
-    /// Seconds a message waits, on a host with more ranks than cores, for
-    /// its receiver to get a core (scaled by the share of the host's ranks
-    /// without one: a hand-off there often costs a context switch).
-    pub switch: f64,
     /// Bytes of cache per host (0: none modelled).
     pub cache: f64,
     /// How many times faster copies and reductions run when a call's data
@@ -70,7 +66,6 @@ impl Model {
         reduce: 13e9,
         step: 1.8e-6,
         cores: 0,
-        switch: 0.0,
         cache: 24.0 * (1 << 20) as f64,
         cached: 2.2,
     };
