@@ -13,7 +13,8 @@ use crate::exec::{Conns, Exec};
 use crate::op::ReduceOp;
 use crate::transport::doorbell::Backoff;
 use crate::Reduce;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashSet as HashSet;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,9 +96,41 @@ impl<T: Reduce, O: ReduceOp<T>> Pending for CallOp<T, O> {
     }
 }
 
+/// A queued call: owned by the queue (non-blocking calls), or borrowed from
+/// the frame of a blocking call that waits for it before returning.
+enum OpRef {
+    Owned(Box<dyn Pending>),
+    Borrowed(NonNull<dyn Pending>),
+}
+
+impl OpRef {
+    fn get(&self) -> &dyn Pending {
+        match self {
+            OpRef::Owned(b) => b.as_ref(),
+            // SAFETY: a borrowed call is queued only by `Engine::run`, which
+            // holds the `&mut` it came from and removes the entry before it
+            // returns or unwinds, so the pointer is valid and unaliased here.
+            OpRef::Borrowed(p) => unsafe { p.as_ref() },
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut dyn Pending {
+        match self {
+            OpRef::Owned(b) => b.as_mut(),
+            // SAFETY: as in `get`; `&mut self` makes this the only access.
+            OpRef::Borrowed(p) => unsafe { p.as_mut() },
+        }
+    }
+}
+
+// SAFETY: an owned call is `Send`; a borrowed one is a `dyn Pending`
+// (`Send`) whose owner, blocked in `Engine::run`, does not touch it while
+// the entry exists.
+unsafe impl Send for OpRef {}
+
 struct Entry {
     id: u64,
-    op: Box<dyn Pending>,
+    op: OpRef,
     name: &'static str,
     seq: u64,
     timeout: Duration,
@@ -124,7 +157,8 @@ pub(crate) struct Engine {
     pub conns: Conns,
     rank: usize,
     queue: Vec<Entry>,
-    results: HashMap<u64, Result<()>>,
+    /// Finished calls' results not yet collected (few: a list does).
+    results: Vec<(u64, Result<()>)>,
     detached: HashSet<u64>,
     next: u64,
     broken: Option<String>,
@@ -148,7 +182,7 @@ impl Engine {
             conns,
             rank,
             queue: Vec::new(),
-            results: HashMap::default(),
+            results: Vec::new(),
             detached: HashSet::default(),
             next: 0,
             broken: None,
@@ -171,30 +205,58 @@ impl Engine {
     }
 
     /// Queues a call; its id is what [`wait`](Self::wait) takes. Its
-    /// `timeout` counts from now when `now` is set (non-blocking calls),
-    /// else from when the caller's wait first reads the clock.
-    pub fn submit(
+    /// `timeout` counts from now.
+    pub fn submit(&mut self, op: Box<dyn Pending>, name: &'static str, seq: u64, timeout: Duration) -> Result<u64> {
+        let id = self.enqueue(OpRef::Owned(op), name, seq, timeout)?;
+        if let Some(e) = self.queue.last_mut() {
+            e.clock(Instant::now());
+        }
+        Ok(id)
+    }
+
+    /// Queues `op` behind the calls in flight and drives the queue until
+    /// it has finished; its result. Its `timeout` counts from the first
+    /// time the wait reads the clock (a call that finishes while spinning
+    /// never reads it). `op` stays in the caller's frame: nothing is boxed.
+    pub fn run(
         &mut self,
-        op: Box<dyn Pending>,
+        op: &mut (dyn Pending + 'static),
         name: &'static str,
         seq: u64,
         timeout: Duration,
-        now: bool,
-    ) -> Result<u64> {
+    ) -> Result<()> {
+        let id = self.enqueue(OpRef::Borrowed(NonNull::from(op)), name, seq, timeout)?;
+        // `wait` returns once the call is out of the queue (finished or
+        // failed); the guard also takes it out if `wait` unwinds, so the
+        // borrowed pointer never outlives this frame.
+        struct Unlist<'a>(&'a mut Engine, u64);
+        impl Drop for Unlist<'_> {
+            fn drop(&mut self) {
+                let id = self.1;
+                self.0.queue.retain(|e| e.id != id);
+            }
+        }
+        let guard = Unlist(self, id);
+        guard.0.wait(id)
+    }
+
+    fn enqueue(&mut self, op: OpRef, name: &'static str, seq: u64, timeout: Duration) -> Result<u64> {
         self.check_usable()?;
         let id = self.next;
         self.next += 1;
-        let mut e = Entry { id, op, name, seq, timeout, clock: None };
-        if now {
-            e.clock(Instant::now());
-        }
-        self.queue.push(e);
+        self.queue.push(Entry { id, op, name, seq, timeout, clock: None });
         Ok(id)
+    }
+
+    /// The result of call `id`, if it has finished and is not yet collected.
+    fn take(&mut self, id: u64) -> Option<Result<()>> {
+        let i = self.results.iter().position(|(k, _)| *k == id)?;
+        Some(self.results.swap_remove(i).1)
     }
 
     fn store(&mut self, id: u64, r: Result<()>) {
         if !self.detached.remove(&id) {
-            self.results.insert(id, r);
+            self.results.push((id, r));
         }
     }
 
@@ -231,25 +293,25 @@ impl Engine {
         }
         let mut i = 0;
         while i < self.queue.len() {
-            let blocked = self.queue[i].op.uses().iter().any(|u| busy.contains(u));
+            let blocked = self.queue[i].op.get().uses().iter().any(|u| busy.contains(u));
             if !blocked {
-                match self.queue[i].op.advance(&mut self.conns) {
+                match self.queue[i].op.get_mut().advance(&mut self.conns) {
                     Ok(m) => moved |= m,
                     Err(e) => {
                         self.fail(i, e);
                         return true;
                     }
                 }
-                if self.queue[i].op.done() {
+                if self.queue[i].op.get().done() {
                     let mut e = self.queue.remove(i);
-                    let r = e.op.complete().map_err(|err| err.in_call(e.name, e.seq).at_rank(self.rank));
+                    let r = e.op.get_mut().complete().map_err(|err| err.in_call(e.name, e.seq).at_rank(self.rank));
                     self.store(e.id, r);
                     moved = true;
                     continue;
                 }
             }
             if i + 1 < self.queue.len() {
-                busy.extend(self.queue[i].op.uses().iter().copied());
+                busy.extend(self.queue[i].op.get().uses().iter().copied());
             }
             i += 1;
         }
@@ -265,7 +327,7 @@ impl Engine {
                 e.name,
                 e.seq,
                 e.clock.map_or(0.0, |(started, _)| started.elapsed().as_secs_f64()),
-                e.op.waiting()
+                e.op.get().waiting()
             );
         }
     }
@@ -279,10 +341,8 @@ impl Engine {
         let mut timers: Option<(Instant, Instant)> = None; // next "still waiting" note, next peer check
         let mut idle: u32 = 0;
         loop {
-            if !self.results.is_empty() {
-                if let Some(r) = self.results.remove(&id) {
-                    return r;
-                }
+            if let Some(r) = self.take(id) {
+                return r;
             }
             if self.aborted.load(Ordering::SeqCst) && !self.queue.is_empty() {
                 self.fail(0, Error::new(ErrorKind::Aborted));
@@ -329,7 +389,7 @@ impl Engine {
                     let (started, deadline) = first.clock(now);
                     if now >= deadline {
                         let secs = now.duration_since(started).as_secs_f64();
-                        let waiting = first.op.waiting();
+                        let waiting = first.op.get().waiting();
                         self.fail(0, Error::new(ErrorKind::Timeout { secs, waiting }));
                         continue;
                     }
@@ -347,7 +407,7 @@ impl Engine {
     }
 
     fn check_peers(&self) -> Result<()> {
-        let mut peers: Vec<usize> = self.queue.iter().flat_map(|e| e.op.blocked_on()).collect();
+        let mut peers: Vec<usize> = self.queue.iter().flat_map(|e| e.op.get().blocked_on()).collect();
         peers.sort_unstable();
         peers.dedup();
         self.conns.check_alive(&peers)
@@ -362,12 +422,12 @@ impl Engine {
                 }
             }
         }
-        self.results.remove(&id)
+        self.take(id)
     }
 
     /// The caller no longer wants the result of `id` (it still completes).
     pub fn detach(&mut self, id: u64) {
-        if self.results.remove(&id).is_none() {
+        if self.take(id).is_none() {
             self.detached.insert(id);
         }
     }

@@ -8,7 +8,7 @@ use super::typed::Communicator;
 use crate::algo::{self, Algo, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::fingerprint::Fingerprint;
+use crate::exec::fingerprint::{Fingerprint, NameHashes as Names};
 use crate::exec::{Checked, Conns, DevCall, Exec, Plan};
 use crate::gpu::{Kernels, Stream};
 use crate::op::ReduceOp;
@@ -76,6 +76,13 @@ pub struct Group {
 }
 
 /// What a submitted call runs on.
+/// A call ready to run, but for its buffers.
+struct Prepared {
+    plan: Plan,
+    finish_ranks: Option<usize>,
+    timeout: std::time::Duration,
+}
+
 pub(crate) struct Call<T> {
     pub coll: Coll,
     pub count: usize,
@@ -228,7 +235,30 @@ impl Group {
         Ok((choice, checked))
     }
 
-    /// Plans and queues a call; the id to wait on.
+    /// What call number `seq` runs: its plan, the ranks its finishing
+    /// pass divides by, and its timeout.
+    fn prepare<T: Reduce, O: ReduceOp<T>>(&self, call: &Call<T>, seq: u64) -> Result<Prepared> {
+        let inner = &self.inner;
+        let (choice, checked) = self.plan_of::<T>(call)?;
+        let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
+        let finish_ranks = call.coll.reduces().then_some(inner.size);
+        let op_hash = if call.coll.reduces() { Names::<T, O>::OP } else { 0 };
+        let device = match &call.device {
+            Some(s) => {
+                Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }))
+            }
+            None => None,
+        };
+        // a device call must not meet a host call: their types differ in the fingerprint
+        let type_hash = if device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
+        let size = std::mem::size_of::<T>();
+        let fp = Fingerprint::new(call.coll, size, type_hash, op_hash, call.count, call.root, seq);
+        let plan = Plan { checked, slot_elems: choice.slot_elems, channel_base: base, fp, device };
+        Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
+    }
+
+    /// Plans and queues a call; `on_done` runs when it has finished. The
+    /// id to wait on.
     ///
     /// # Safety
     ///
@@ -238,31 +268,15 @@ impl Group {
         &self,
         call: Call<T>,
         seq: u64,
-        on_done: Option<Box<dyn FnOnce() + Send>>,
+        on_done: Box<dyn FnOnce() + Send>,
     ) -> Result<u64> {
-        let inner = &self.inner;
-        let (choice, checked) = self.plan_of::<T>(&call)?;
-        let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
-        let finish_ranks = call.coll.reduces().then_some(inner.size);
-        let op_name = call.coll.reduces().then_some(O::NAME);
-        let device = match call.device {
-            Some(s) => {
-                Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }))
-            }
-            None => None,
-        };
-        // a device call must not meet a host call: their types differ in the fingerprint
-        let type_name: &[&str] = if device.is_some() { &[T::NAME, "@gpu"] } else { &[T::NAME] };
-        let fp = Fingerprint::new(call.coll, std::mem::size_of::<T>(), type_name, op_name, call.count, call.root, seq);
-        let plan = Plan { checked, slot_elems: choice.slot_elems, channel_base: base, fp, device };
+        let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(&call, seq)?;
         self.with_engine(|eng| {
             eng.check_usable()?;
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
-            // a blocking call (no `on_done`) is waited on at once: its clock starts there
-            let now = on_done.is_some();
-            let op = CallOp { exec, finish_ranks, on_done };
-            eng.submit(Box::new(op), call.coll.name(), seq, call.timeout.unwrap_or(inner.config.timeout), now)
+            let op = CallOp { exec, finish_ranks, on_done: Some(on_done) };
+            eng.submit(Box::new(op), call.coll.name(), seq, timeout)
         })
     }
 
@@ -272,10 +286,15 @@ impl Group {
     ///
     /// As [`submit`](Self::submit); the buffers are borrowed for the call.
     pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(&self, call: Call<T>, seq: u64) -> Result<()> {
-        // SAFETY: forwarded; the blocking wait below ends the call (finished
-        // or failed and removed from the queue) before the borrow ends.
-        let id = unsafe { self.submit::<T, O>(call, seq, None) }?;
-        self.with_engine(|e| e.wait(id))
+        let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(&call, seq)?;
+        self.with_engine(|eng| {
+            eng.check_usable()?;
+            // SAFETY: forwarded; `run` returns only once the call has
+            // finished or failed and left the queue, before the borrow ends.
+            let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
+            let mut op = CallOp { exec, finish_ranks, on_done: None };
+            eng.run(&mut op, call.coll.name(), seq, timeout)
+        })
     }
 
     fn barrier_call(timeout: Option<std::time::Duration>) -> Call<u8> {
@@ -384,7 +403,7 @@ impl Group {
             }
         });
         // SAFETY: no user buffer.
-        match unsafe { self.submit::<u8, BitOr>(call, seq, Some(done)) } {
+        match unsafe { self.submit::<u8, BitOr>(call, seq, done) } {
             Ok(id) => Request::new(self.clone(), id, slot),
             Err(e) => Request::failed(self.clone(), e.in_call("barrier", seq).at_rank(self.rank())),
         }

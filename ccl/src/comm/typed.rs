@@ -133,7 +133,7 @@ impl<T: Reduce> Communicator<T> {
         // SAFETY: `call` points into Vecs moved into `keep`, which the
         // pending call owns until it completes or fails; nobody else can
         // reach them meanwhile, and moving a Vec does not move its heap buffer.
-        match unsafe { self.group.submit::<T, O>(call, seq, Some(done)) } {
+        match unsafe { self.group.submit::<T, O>(call, seq, done) } {
             Ok(id) => Request::new(self.group.clone(), id, slot),
             Err(e) => Request::failed(self.group.clone(), ctx(e)),
         }

@@ -5,7 +5,10 @@
 //! instead of hanging or reading data of another shape.
 
 use crate::algo::Coll;
+use crate::op::ReduceOp;
+use crate::Reduce;
 use std::fmt;
+use std::marker::PhantomData;
 
 /// The words a slot carries: call kind, element size and root; count;
 /// type and operator name hashes; sequence number.
@@ -32,19 +35,51 @@ pub struct Fingerprint {
 }
 
 /// FNV-1a of a name, folded to 32 bits.
-pub fn name_hash(name: &str) -> u32 {
-    name_hash_parts(&[name])
+pub const fn name_hash(name: &str) -> u32 {
+    fold(fnv(FNV_BASIS, name))
 }
 
 /// [`name_hash`] of the parts written one after the other (no string is
 /// built: calls hash their type name with a device suffix this way).
-pub fn name_hash_parts(parts: &[&str]) -> u32 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in parts.iter().flat_map(|p| p.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+pub const fn name_hash_parts(parts: &[&str]) -> u32 {
+    let (mut h, mut i) = (FNV_BASIS, 0);
+    while i < parts.len() {
+        h = fnv(h, parts[i]);
+        i += 1;
     }
+    fold(h)
+}
+
+const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a state `h` extended by the bytes of `s`.
+const fn fnv(mut h: u64, s: &str) -> u64 {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        h ^= b[i] as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+const fn fold(h: u64) -> u32 {
     (h ^ (h >> 32)) as u32
+}
+
+/// The name hashes of element type `T` and operator `O`, computed at
+/// compile time (a call's fingerprint needs them every time).
+pub struct NameHashes<T, O>(PhantomData<(T, O)>);
+
+impl<T: Reduce, O: ReduceOp<T>> NameHashes<T, O> {
+    /// The type's name hash, for host buffers.
+    pub const TYPE: u32 = name_hash(T::NAME);
+    /// The type's name hash for device buffers: `T::NAME` then `@gpu`, so
+    /// a device call never matches a host call.
+    pub const TYPE_ON_GPU: u32 = name_hash_parts(&[T::NAME, "@gpu"]);
+    /// The operator's name hash.
+    pub const OP: u32 = name_hash(O::NAME);
 }
 
 const P2P: u8 = 0xff;
@@ -57,13 +92,13 @@ fn coll_code(c: Coll) -> u8 {
 }
 
 impl Fingerprint {
-    /// The fingerprint of a call; its element type's name is given as
-    /// parts (see [`name_hash_parts`]).
+    /// The fingerprint of a call, given its type's and operator's
+    /// [`name_hash`] (0: no operator).
     pub fn new(
         coll: Coll,
         elem_size: usize,
-        type_name: &[&str],
-        op_name: Option<&str>,
+        type_hash: u32,
+        op_hash: u32,
         count: usize,
         root: usize,
         seq: u64,
@@ -72,8 +107,8 @@ impl Fingerprint {
         Fingerprint {
             coll,
             elem_size: elem_size as u32,
-            type_hash: name_hash_parts(type_name),
-            op_hash: op_name.map_or(0, name_hash),
+            type_hash,
+            op_hash,
             count: count as u64,
             root: if p2p || !coll.rooted() { 0 } else { root as u32 },
             seq: if p2p { 0 } else { seq },
@@ -131,17 +166,17 @@ mod tests {
 
     #[test]
     fn differences_show_and_p2p_ignores_numbering() {
-        let a = Fingerprint::new(Coll::AllReduce, 4, &["f32"], Some("sum"), 1000, 0, 12);
+        let a = Fingerprint::new(Coll::AllReduce, 4, name_hash("f32"), name_hash("sum"), 1000, 0, 12);
         assert_eq!(a.to_string(), "all_reduce(1000 × f32 of 4 B, sum) #12");
-        let b = Fingerprint::new(Coll::AllReduce, 4, &["i32"], Some("sum"), 1000, 0, 12);
+        let b = Fingerprint::new(Coll::AllReduce, 4, name_hash("i32"), name_hash("sum"), 1000, 0, 12);
         assert_ne!(a.words(), b.words());
-        let c = Fingerprint::new(Coll::Broadcast, 8, &["f64"], None, 5, 3, 2);
+        let c = Fingerprint::new(Coll::Broadcast, 8, name_hash("f64"), 0, 5, 3, 2);
         assert_eq!(c.to_string(), "broadcast(5 × f64 of 8 B, root 3) #2");
-        let s = Fingerprint::new(Coll::Send, 2, &["u16"], None, 7, 1, 40);
-        let r = Fingerprint::new(Coll::Recv, 2, &["u16"], None, 7, 0, 3);
+        let s = Fingerprint::new(Coll::Send, 2, name_hash("u16"), 0, 7, 1, 40);
+        let r = Fingerprint::new(Coll::Recv, 2, name_hash("u16"), 0, 7, 0, 3);
         assert_eq!(s.words(), r.words());
         assert_eq!(s.to_string(), "send/recv(7 × u16 of 2 B) #0");
-        let user = Fingerprint::new(Coll::AllReduce, 24, &["app::Moments"], Some("sum"), 1, 0, 0);
+        let user = Fingerprint::new(Coll::AllReduce, 24, name_hash("app::Moments"), name_hash("sum"), 1, 0, 0);
         assert!(user.to_string().contains("type#"));
     }
 

@@ -20,6 +20,7 @@ use crate::algo::{Buf, Layout, Region, Schedule, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::ReduceOp;
 use crate::Reduce;
+use smallvec::SmallVec;
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
@@ -70,7 +71,8 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     input: *const T,
     output: *mut T,
     scratch: Vec<T>,
-    pcs: Vec<(usize, usize)>,
+    /// Per channel: the step it is at and the slot within that step.
+    pcs: SmallVec<[(usize, usize); 4]>,
     wiring: Arc<Wiring>,
     slot_elems: usize,
     fp: fingerprint::Words,
@@ -170,7 +172,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 (Vec::new(), Some(Box::new(OnGpu { call: *call, scratch: scratch.transpose()? })))
             }
         };
-        let pcs = vec![(0, 0); sched.channels.len()];
+        let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
         let input = if layout.in_place.is_some() { output as *const T } else { input };
         let fp = fp.words();
         Ok(Exec { layout, input, output, scratch, pcs, wiring, slot_elems, fp, gpu, _op: PhantomData })
