@@ -233,7 +233,9 @@ impl Engine {
         impl Drop for Unlist<'_> {
             fn drop(&mut self) {
                 let id = self.1;
-                self.0.queue.retain(|e| e.id != id);
+                if !self.0.queue.is_empty() {
+                    self.0.queue.retain(|e| e.id != id);
+                }
             }
         }
         let guard = Unlist(self, id);
@@ -255,7 +257,7 @@ impl Engine {
     }
 
     fn store(&mut self, id: u64, r: Result<()>) {
-        if !self.detached.remove(&id) {
+        if self.detached.is_empty() || !self.detached.remove(&id) {
             self.results.push((id, r));
         }
     }

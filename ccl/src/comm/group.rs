@@ -51,9 +51,6 @@ pub(crate) struct Inner {
     pub hosts: Hosts,
     pub config: Config,
     pub tuner: tune::Tuner,
-    /// Schedules made so far, by what determines them: a repeated call
-    /// reuses its schedule instead of generating it again.
-    plans: Mutex<Plans>,
     endpoints: Arc<[usize]>,
     registry: Arc<Registry>,
     seq: AtomicU64,
@@ -62,7 +59,15 @@ pub(crate) struct Inner {
     gpu: Mutex<Option<(u64, String)>>,
     splits: AtomicU64,
     aborted: Arc<AtomicBool>,
-    engine: Mutex<Engine>,
+    /// The calls in flight and the schedules made so far (by what
+    /// determines them: a repeated call reuses its schedule instead of
+    /// generating it again), under one lock that a call takes once.
+    state: Mutex<State>,
+}
+
+struct State {
+    engine: Engine,
+    plans: Plans,
 }
 
 /// A group of ranks that communicate: the untyped communicator.
@@ -75,14 +80,14 @@ pub struct Group {
     pub(crate) inner: Arc<Inner>,
 }
 
-/// What a submitted call runs on.
 /// A call ready to run, but for its buffers.
-struct Prepared {
-    plan: Plan,
+struct Prepared<'p> {
+    plan: Plan<'p>,
     finish_ranks: Option<usize>,
     timeout: std::time::Duration,
 }
 
+/// What a submitted call runs on.
 pub(crate) struct Call<T> {
     pub coll: Coll,
     pub count: usize,
@@ -115,8 +120,7 @@ impl Group {
         let cores = crate::topo::host_cpus();
         let aborted = Arc::new(AtomicBool::new(false));
         let chatty = config.debug >= crate::config::LogLevel::Info;
-        let engine =
-            Mutex::new(Engine::new(conns, rank, Backoff::spins_for(local, cores), Arc::clone(&aborted), chatty));
+        let engine = Engine::new(conns, rank, Backoff::spins_for(local, cores), Arc::clone(&aborted), chatty);
         let rules = if config.tune_file.is_empty() { None } else { Some(tune::Rules::load(&config.tune_file)?) };
         let inner = Inner {
             rank,
@@ -125,7 +129,6 @@ impl Group {
             hosts,
             config,
             tuner: tune::Tuner::new(crate::sim::Model::DEFAULT.with_cores(cores), rank == 0),
-            plans: Mutex::new(Plans::default()),
             endpoints,
             registry,
             seq: AtomicU64::new(0),
@@ -133,7 +136,7 @@ impl Group {
             gpu: Mutex::new(None),
             splits: AtomicU64::new(0),
             aborted,
-            engine,
+            state: Mutex::new(State { engine, plans: Plans::default() }),
         };
         if let Some(r) = rules {
             inner.tuner.set_rules(r);
@@ -146,8 +149,8 @@ impl Group {
     /// them separate hosts: it then spins only as long as fits.
     pub(crate) fn share_cores_with(&self, ranks: usize) {
         let cores = crate::topo::host_cpus();
-        if let Ok(mut e) = self.inner.engine.lock() {
-            e.set_spins(Backoff::spins_for(ranks, cores));
+        if let Ok(mut s) = self.inner.state.lock() {
+            s.engine.set_spins(Backoff::spins_for(ranks, cores));
         }
     }
 
@@ -177,8 +180,7 @@ impl Group {
     }
 
     pub(crate) fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> Result<R>) -> Result<R> {
-        let mut e = self.inner.engine.lock().map_err(|_| Error::internal("engine lock poisoned"))?;
-        f(&mut e)
+        self.with_state(|e, _| f(e))
     }
 
     pub(crate) fn next_seq(&self, coll: Coll) -> u64 {
@@ -190,56 +192,57 @@ impl Group {
 
     /// The tuner's choice for `call` and its checked schedule: the last
     /// call's if this one is the same, else from the plan cache or made.
-    fn plan_of<T: Reduce>(&self, call: &Call<T>) -> Result<(tune::Choice, Arc<Checked>)> {
+    fn plan_of<'p, T: Reduce>(&self, plans: &'p mut Plans, call: &Call<T>) -> Result<(tune::Choice, &'p Checked)> {
         let inner = &self.inner;
         let quick: CallKey = (call.coll, call.count, call.root, call.in_place, std::mem::size_of::<T>());
         let generation = inner.tuner.generation();
-        if let Ok(p) = inner.plans.lock() {
-            if let Some((k, g, choice, checked)) = &p.last {
-                if *k == quick && *g == generation {
-                    return Ok((*choice, Arc::clone(checked)));
+        let repeated = matches!(&plans.last, Some((k, g, _, _)) if *k == quick && *g == generation);
+        if !repeated {
+            let choice =
+                inner.tuner.choose(call.coll, call.count, std::mem::size_of::<T>(), &inner.hosts, &inner.config);
+            // the key determines the layout too (size and rank are the group's)
+            let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
+            let checked = match plans.map.get(&key) {
+                Some(c) => Arc::clone(c),
+                None => {
+                    let params = Params {
+                        nranks: inner.size,
+                        rank: inner.rank,
+                        count: call.count,
+                        root: call.root,
+                        channels: choice.channels,
+                        chunk: choice.chunk,
+                        in_place: call.in_place,
+                        hosts: &inner.hosts,
+                    };
+                    let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
+                    let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
+                    let c = Arc::new(Checked::new(s, layout)?);
+                    if plans.map.len() >= MAX_PLANS {
+                        plans.map.clear();
+                    }
+                    plans.map.insert(key, Arc::clone(&c));
+                    c
                 }
-            }
+            };
+            plans.last = Some((quick, generation, choice, checked));
         }
-        let choice = inner.tuner.choose(call.coll, call.count, std::mem::size_of::<T>(), &inner.hosts, &inner.config);
-        // the key determines the layout too (size and rank are the group's)
-        let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
-        let cached = inner.plans.lock().ok().and_then(|p| p.map.get(&key).cloned());
-        let checked = match cached {
-            Some(c) => c,
-            None => {
-                let params = Params {
-                    nranks: inner.size,
-                    rank: inner.rank,
-                    count: call.count,
-                    root: call.root,
-                    channels: choice.channels,
-                    chunk: choice.chunk,
-                    in_place: call.in_place,
-                    hosts: &inner.hosts,
-                };
-                let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
-                let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
-                Arc::new(Checked::new(s, layout)?)
-            }
-        };
-        if let Ok(mut p) = inner.plans.lock() {
-            if !p.map.contains_key(&key) {
-                if p.map.len() >= MAX_PLANS {
-                    p.map.clear();
-                }
-                p.map.insert(key, Arc::clone(&checked));
-            }
-            p.last = Some((quick, generation, choice, Arc::clone(&checked)));
+        match &plans.last {
+            Some((_, _, choice, checked)) => Ok((*choice, checked)),
+            None => Err(Error::internal("no plan after planning")),
         }
-        Ok((choice, checked))
     }
 
-    /// What call number `seq` runs: its plan, the ranks its finishing
-    /// pass divides by, and its timeout.
-    fn prepare<T: Reduce, O: ReduceOp<T>>(&self, call: &Call<T>, seq: u64) -> Result<Prepared> {
+    /// What call number `seq` runs: its plan (borrowing `plans`), the
+    /// ranks its finishing pass divides by, and its timeout.
+    fn prepare<'p, T: Reduce, O: ReduceOp<T>>(
+        &self,
+        plans: &'p mut Plans,
+        call: &Call<T>,
+        seq: u64,
+    ) -> Result<Prepared<'p>> {
         let inner = &self.inner;
-        let (choice, checked) = self.plan_of::<T>(call)?;
+        let (choice, checked) = self.plan_of::<T>(plans, call)?;
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_hash = if call.coll.reduces() { Names::<T, O>::OP } else { 0 };
@@ -257,6 +260,13 @@ impl Group {
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
     }
 
+    /// Runs `f` holding the lock on this group's engine and plans.
+    fn with_state<R>(&self, f: impl FnOnce(&mut Engine, &mut Plans) -> Result<R>) -> Result<R> {
+        let mut s = self.inner.state.lock().map_err(|_| Error::internal("engine lock poisoned"))?;
+        let State { engine, plans } = &mut *s;
+        f(engine, plans)
+    }
+
     /// Plans and queues a call; `on_done` runs when it has finished. The
     /// id to wait on.
     ///
@@ -270,9 +280,9 @@ impl Group {
         seq: u64,
         on_done: Box<dyn FnOnce() + Send>,
     ) -> Result<u64> {
-        let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(&call, seq)?;
-        self.with_engine(|eng| {
+        self.with_state(|eng, plans| {
             eng.check_usable()?;
+            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq)?;
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
             let op = CallOp { exec, finish_ranks, on_done: Some(on_done) };
@@ -286,9 +296,9 @@ impl Group {
     ///
     /// As [`submit`](Self::submit); the buffers are borrowed for the call.
     pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(&self, call: Call<T>, seq: u64) -> Result<()> {
-        let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(&call, seq)?;
-        self.with_engine(|eng| {
+        self.with_state(|eng, plans| {
             eng.check_usable()?;
+            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq)?;
             // SAFETY: forwarded; `run` returns only once the call has
             // finished or failed and left the queue, before the borrow ends.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
@@ -312,6 +322,15 @@ impl Group {
         output: Option<Place>,
     ) -> Result<(usize, usize, Option<Stream>)> {
         let dangling = std::ptr::NonNull::<u64>::dangling().as_ptr() as usize;
+        // host memory, the common case: nothing to check
+        let host = |p: &Option<Place>| match p {
+            Some(Place::Host(ptr)) => Some(*ptr as usize),
+            None => Some(dangling),
+            Some(Place::Device { .. }) => None,
+        };
+        if let (Some(i), Some(o)) = (host(&input), host(&output)) {
+            return Ok((i, o, None));
+        }
         let kind = |p: &Option<Place>| match p {
             Some(Place::Host(_)) => "host memory",
             Some(Place::Device { .. }) => "device memory",
@@ -459,7 +478,7 @@ mod tests {
     use super::*;
 
     fn last_algo(g: &Group) -> Option<Algo> {
-        g.inner.plans.lock().ok().and_then(|p| p.last.as_ref().map(|l| l.2.algo))
+        g.inner.state.lock().ok().and_then(|s| s.plans.last.as_ref().map(|l| l.2.algo))
     }
 
     #[test]

@@ -123,10 +123,10 @@ impl Checked {
 }
 
 /// What one call runs, apart from its buffers.
-pub struct Plan {
+pub struct Plan<'a> {
     /// This rank's schedule and how input and output map onto memory
-    /// (shared: plans are cached and reused).
-    pub checked: Arc<Checked>,
+    /// (cached and reused; the call keeps only its wiring).
+    pub checked: &'a Checked,
     /// Elements per slot.
     pub slot_elems: usize,
     /// The first connection channel the schedule's channels map to.
@@ -149,7 +149,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// elements (in place: `input` is ignored and `output` covers the
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
-    pub unsafe fn new(plan: Plan, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
+    pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
         let Plan { checked, slot_elems, channel_base, fp, device } = plan;
         let layout = checked.layout;
         let size = std::mem::size_of::<T>();
