@@ -225,6 +225,20 @@ impl Engine {
         seq: u64,
         timeout: Duration,
     ) -> Result<()> {
+        if self.queue.is_empty() {
+            // nothing queued ahead of it: one pass first, which finishes a
+            // call whose peers are ahead (or that has none) without queueing
+            self.check_usable()?;
+            match op.advance(&mut self.conns) {
+                Ok(_) if op.done() => return op.complete().map_err(|e| e.in_call(name, seq).at_rank(self.rank)),
+                Ok(_) => {}
+                Err(e) => {
+                    let id = self.enqueue(OpRef::Borrowed(NonNull::from(op)), name, seq, timeout)?;
+                    self.fail(self.queue.len() - 1, e);
+                    return self.take(id).unwrap_or_else(|| Err(Error::internal("a failed call left no result")));
+                }
+            }
+        }
         let id = self.enqueue(OpRef::Borrowed(NonNull::from(op)), name, seq, timeout)?;
         // `wait` returns once the call is out of the queue (finished or
         // failed); the guard also takes it out if `wait` unwinds, so the
