@@ -448,3 +448,97 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::local::Fabric;
+    use crate::transport::{Registry, Transport};
+
+    fn engine() -> Engine {
+        let fabric = Fabric::new(1, 4, 4096);
+        let ep: Arc<dyn Transport> = Arc::new(fabric.endpoint(0));
+        let reg = Arc::new(Registry::new(vec![ep]).expect("registry"));
+        let conns = Conns::new(reg, 0, 0, Arc::from([0usize]), 4096);
+        Engine::new(conns, 0, 16, Arc::new(AtomicBool::new(false)), false)
+    }
+
+    /// A call that needs `passes` passes, fails on pass `fail_at`, or
+    /// panics on pass `panic_at`; it counts its passes and completions.
+    #[derive(Default)]
+    struct Fake {
+        passes: u32,
+        needs: u32,
+        fail_at: Option<u32>,
+        panic_at: Option<u32>,
+        completed: u32,
+    }
+
+    impl Pending for Fake {
+        fn advance(&mut self, _: &mut Conns) -> Result<bool> {
+            self.passes += 1;
+            if self.fail_at == Some(self.passes) {
+                return Err(Error::new(ErrorKind::Aborted));
+            }
+            assert_ne!(self.panic_at, Some(self.passes), "pass {} panics", self.passes);
+            Ok(true)
+        }
+        fn done(&self) -> bool {
+            self.passes >= self.needs
+        }
+        fn uses(&self) -> &[usize] {
+            &[]
+        }
+        fn waiting(&self) -> String {
+            String::new()
+        }
+        fn blocked_on(&self) -> Vec<usize> {
+            Vec::new()
+        }
+        fn complete(&mut self) -> Result<()> {
+            self.completed += 1;
+            Ok(())
+        }
+    }
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_blocking_call_finishes_in_or_after_its_first_pass_and_completes_once() {
+        let mut e = engine();
+        for needs in [1, 3] {
+            let mut f = Fake { needs, ..Fake::default() };
+            e.run(&mut f, "all_reduce", 7, T).expect("finishes");
+            assert_eq!((f.passes, f.completed), (needs, 1));
+            assert!(e.queue.is_empty() && e.results.is_empty(), "nothing left behind");
+        }
+        // behind a queued call it waits its turn and both finish
+        let id = e.submit(Box::new(Fake { needs: 2, ..Fake::default() }), "ireduce", 8, T).expect("queued");
+        let mut f = Fake { needs: 1, ..Fake::default() };
+        e.run(&mut f, "barrier", 9, T).expect("finishes");
+        assert_eq!(f.completed, 1);
+        assert!(e.wait(id).is_ok());
+    }
+
+    #[test]
+    fn a_blocking_call_failing_in_its_first_pass_reports_itself_and_breaks_the_engine() {
+        let mut e = engine();
+        let mut f = Fake { needs: 5, fail_at: Some(1), ..Fake::default() };
+        let err = e.run(&mut f, "all_reduce", 7, T).expect_err("fails");
+        let msg = err.to_string();
+        assert!(msg.contains("all_reduce") && msg.contains('7') && msg.contains("rank 0"), "{msg}");
+        assert!(e.queue.is_empty(), "the borrowed call is not left queued");
+        assert!(e.check_usable().is_err(), "later calls are refused");
+    }
+
+    #[test]
+    fn a_blocking_call_that_unwinds_leaves_no_pointer_to_it_queued() {
+        let mut e = engine();
+        for panic_at in [1, 2] {
+            let mut f = Fake { needs: 3, panic_at: Some(panic_at), ..Fake::default() };
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.run(&mut f, "bcast", 1, T)));
+            assert!(r.is_err(), "pass {panic_at} panicked");
+            assert!(e.queue.is_empty(), "the borrowed call is not left queued");
+        }
+    }
+}
