@@ -37,7 +37,7 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
             a.factor,
             a.iters,
             a.warmup,
-            mpi::environment::library_version().unwrap_or_default().lines().next().unwrap_or("")
+            mpi::environment::library_version().unwrap_or_default().lines().next().unwrap_or("").trim_end_matches(char::from(0))
         );
         table::header();
     }
