@@ -44,6 +44,10 @@ pub struct Model {
     pub step: f64,
     /// Cores per host (0: as many as ranks).
     pub cores: usize,
+    /// Seconds a message waits, on a host with more ranks than cores, for
+    /// its receiver to get a core (scaled by the share of the host's ranks
+    /// without one: a hand-off there often costs a context switch).
+    pub switch: f64,
     /// Bytes of cache per host (0: none modelled).
     pub cache: f64,
     /// How many times faster copies and reductions run when a call's data
@@ -52,20 +56,21 @@ pub struct Model {
 }
 
 impl Model {
-    /// Figures for a current server over TCP on 10 Gbit/s Ethernet (a
-    /// shared-memory hand-off costs a microsecond; the copies, reductions
-    /// and per-step work are the ranks' own, fitted with `bench/simcheck` to
-    /// 2-rank runs at 32 KiB–16 MiB on this project's 2-core machine, as
-    /// `ccl/topologies/this-machine-shm.toml`); what the tuner assumes until
+    /// Figures for a current server over TCP on 10 Gbit/s Ethernet; the
+    /// shared-memory hand-off, copies, reductions, per-step work and
+    /// context switches are fitted with `bench/simcheck` to 2- and 4-rank
+    /// runs at 8 B–16 MiB on this project's 2-core machine, as
+    /// `ccl/topologies/this-machine-shm.toml`; what the tuner assumes until
     /// measured.
     pub const DEFAULT: Model = Model {
-        intra: Link { latency: 1e-6, bandwidth: 100e9 },
+        intra: Link { latency: 0.2e-6, bandwidth: 80e9 },
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
         nics: 1,
-        copy: 18e9,
-        reduce: 13e9,
-        step: 1.8e-6,
+        copy: 12e9,
+        reduce: 18e9,
+        step: 0.05e-6,
         cores: 0,
+        switch: 10e-6,
         cache: 24.0 * (1 << 20) as f64,
         cached: 2.2,
     };

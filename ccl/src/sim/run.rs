@@ -31,6 +31,8 @@ struct Sim<'a> {
     /// Per rank: how much slower its work runs for sharing cores, or
     /// faster for data that stays in cache.
     slow: Vec<f64>,
+    /// Per rank: how long a message to it waits for it to get a core.
+    wake: Vec<f64>,
     /// Per rank: its network link (host × nics + local rank % nics).
     nic: Vec<usize>,
     /// Per network link: when it is free, out and in.
@@ -52,16 +54,17 @@ impl Sim<'_> {
     fn transfer(&mut self, from: usize, to: usize, ch: usize, elems: usize, t: f64) {
         let bytes = elems as f64 * self.elem;
         let (hf, ht) = (self.hosts.host_of(from), self.hosts.host_of(to));
-        let arrive = if hf == ht {
-            t + self.model.intra.latency + bytes / self.model.intra.bandwidth
-        } else {
-            let (nf, nt) = (self.nic[from], self.nic[to]);
-            let start = t.max(self.nic_out[nf]).max(self.nic_in[nt]);
-            let end = start + bytes / self.model.inter.bandwidth;
-            self.nic_out[nf] = end;
-            self.nic_in[nt] = end;
-            end + self.model.inter.latency
-        };
+        let arrive = self.wake[to]
+            + if hf == ht {
+                t + self.model.intra.latency + bytes / self.model.intra.bandwidth
+            } else {
+                let (nf, nt) = (self.nic[from], self.nic[to]);
+                let start = t.max(self.nic_out[nf]).max(self.nic_in[nt]);
+                let end = start + bytes / self.model.inter.bandwidth;
+                self.nic_out[nf] = end;
+                self.nic_in[nt] = end;
+                end + self.model.inter.latency
+            };
         self.wire.entry((from, to, ch)).or_default().push_back(arrive);
     }
 
@@ -177,7 +180,7 @@ pub fn simulate(
         }
     }
     let links = groups.len() * nics;
-    let mut slow = vec![1.0; n];
+    let (mut slow, mut wake) = (vec![1.0; n], vec![0.0; n]);
     for g in &groups {
         let share = if model.cores > 0 { g.len() as f64 / model.cores as f64 } else { 1.0 };
         // every local rank's input and output
@@ -187,6 +190,7 @@ pub fn simulate(
         let speed = if fits { model.cached.max(f64::MIN_POSITIVE) } else { 1.0 };
         for &r in g {
             slow[r] = share.max(1.0) / speed;
+            wake[r] = if share > 1.0 { model.switch * (1.0 - 1.0 / share) } else { 0.0 };
         }
     }
     let mut sim = Sim {
@@ -197,6 +201,7 @@ pub fn simulate(
         sched,
         cpu: vec![0.0; n],
         slow,
+        wake,
         nic,
         nic_out: vec![0.0; links],
         nic_in: vec![0.0; links],
@@ -269,6 +274,18 @@ mod tests {
         let four = Hosts::blocks(&[4]);
         let shared = |m: Model| time(Coll::AllReduce, Algo::Ring, count, &four, &m.with_cores(2));
         assert_eq!(shared(cached), shared(uncached), "time-sharing ranks evict each other");
+    }
+
+    #[test]
+    fn hand_offs_wait_for_a_core_only_where_ranks_share_them() {
+        let (switching, none) = (Model { switch: 20e-6, ..Model::DEFAULT }, Model { switch: 0.0, ..Model::DEFAULT });
+        let t = |n: usize, cores: usize, m: Model| {
+            time(Coll::AllReduce, Algo::RecursiveDoubling, 16, &Hosts::blocks(&[n]), &m.with_cores(cores))
+        };
+        assert_eq!(t(2, 2, switching), t(2, 2, none));
+        // 4 ranks on 2 cores: every hand-off waits half a switch, and rd has two rounds
+        let extra = t(4, 2, switching) - t(4, 2, none);
+        assert!((extra - 2.0 * 10e-6).abs() < 1e-9, "extra {extra}");
     }
 
     #[test]

@@ -78,6 +78,10 @@ struct RankSpec {
     /// Cores per host; ranks beyond them share (0 or absent: enough).
     #[serde(default)]
     cores: usize,
+    /// Microseconds a message waits for its receiver to get a core on a
+    /// host with more ranks than cores (scaled by the share without one).
+    #[serde(default)]
+    switch_us: f64,
     /// Cache per host in MiB (absent: not modelled).
     #[serde(default)]
     cache_mib: f64,
@@ -123,6 +127,7 @@ fn run(a: &Args) -> Result<(), String> {
         reduce: t.rank.reduce_gb_s * 1e9,
         step: t.rank.step_us * 1e-6,
         cores: t.rank.cores,
+        switch: t.rank.switch_us * 1e-6,
         cache: t.rank.cache_mib * (1 << 20) as f64,
         cached: t.rank.cached_speedup,
     };
