@@ -62,3 +62,26 @@ fn ccl_sim_reads_every_shipped_topology() {
     let bad = Command::new(env!("CARGO_BIN_EXE_ccl-sim")).args(["/no/such.toml"]).output().expect("ccl-sim");
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn ccl_sim_ends_quietly_when_its_reader_goes_away_and_reports_other_write_errors() {
+    use std::process::Stdio;
+    let topo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies/this-machine-shm.toml");
+    let topo = topo.to_string_lossy().into_owned();
+    // `ccl-sim ... | head -0`: the reader has gone before the first line
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ccl-sim"))
+        .arg(&topo)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ccl-sim");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("ccl-sim ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.is_empty(), "{:?}: {err}", out.status);
+    // a full disk is an error with a message
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_ccl-sim")).arg(&topo).stdout(full).output().expect("ccl-sim");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("writing the table"));
+}

@@ -16,7 +16,26 @@ use ccl::tune::predictions;
 use ccl_examples::{busbw_factor, parse_bytes};
 use clap::Parser;
 use serde::Deserialize;
+use std::io::Write;
 use std::path::PathBuf;
+
+/// `write!` to the table's output; a closed pipe ends the program quietly.
+macro_rules! out {
+    ($o:expr, $($t:tt)*) => { write!($o, $($t)*).map_err(closed)? };
+}
+macro_rules! outln {
+    ($o:expr) => { writeln!($o).map_err(closed)? };
+    ($o:expr, $($t:tt)*) => { writeln!($o, $($t)*).map_err(closed)? };
+}
+
+/// An output error as a message, after ending the program if the reader
+/// closed the pipe (as a program killed by SIGPIPE would end).
+fn closed(e: std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    format!("writing the table: {e}")
+}
 
 #[derive(Parser, Debug)]
 #[command(name = "ccl-sim", about = "Predicted busbw of every ccl algorithm on a modelled cluster")]
@@ -135,9 +154,12 @@ fn run(a: &Args) -> Result<(), String> {
     let n = nh * per;
     let elem = a.elem.max(1);
     let chunk = (parse_bytes(&a.chunk)? / elem).max(1);
+    // a reader that goes away (`ccl-sim ... | head`) ends the program quietly
+    let mut o = std::io::stdout().lock();
     let algos = coll.algos();
-    println!("# ccl-sim: {coll} on {n} ranks ({nh} hosts x {per}), {elem}-byte elements, {}", t.name);
-    println!(
+    outln!(o, "# ccl-sim: {coll} on {n} ranks ({nh} hosts x {per}), {elem}-byte elements, {}", t.name);
+    outln!(
+        o,
         "#   inside a host {}; network {} x {}; rank copy {:.0} GB/s, reduce {:.0} GB/s",
         model.intra,
         model.nics,
@@ -145,16 +167,17 @@ fn run(a: &Args) -> Result<(), String> {
         model.copy / 1e9,
         model.reduce / 1e9
     );
-    println!(
+    outln!(
+        o,
         "# predicted {} per algorithm (skip: over {} steps, not considered); pick: the tuner's choice",
         if a.times { "time per call (us)" } else { "busbw (GB/s)" },
         ccl::sim::MAX_STEPS
     );
-    print!("# {:>12} {:>12}", "size (B)", "count");
+    out!(o, "# {:>12} {:>12}", "size (B)", "count");
     for al in algos {
-        print!(" {:>10}", al.name());
+        out!(o, " {:>10}", al.name());
     }
-    println!(" {:>10} {:>12}", "pick", "time (us)");
+    outln!(o, " {:>10} {:>12}", "pick", "time (us)");
     let (mut size, max) = (parse_bytes(&a.min)?.max(elem), parse_bytes(&a.max)?);
     let started = std::time::Instant::now();
     let mut lines: Vec<ccl_examples::plot::Series> =
@@ -162,31 +185,31 @@ fn run(a: &Args) -> Result<(), String> {
     while size <= max {
         let count = size / elem;
         let times = predictions(coll, count, elem, a.channels.max(1), chunk, &hosts, &model);
-        print!("  {size:>12} {count:>12}");
+        out!(o, "  {size:>12} {count:>12}");
         for (al, line) in algos.iter().zip(&mut lines) {
             match times.iter().find(|(x, _)| x == al) {
                 Some((_, secs)) => {
                     let busbw = size as f64 / secs / 1e9 * busbw_factor(coll.name(), n);
                     line.points.push((size, busbw));
                     if a.times {
-                        print!(" {:>10.2}", secs * 1e6)
+                        out!(o, " {:>10.2}", secs * 1e6)
                     } else {
-                        print!(" {busbw:>10.2}")
+                        out!(o, " {busbw:>10.2}")
                     }
                 }
-                None => print!(" {:>10}", "skip"),
+                None => out!(o, " {:>10}", "skip"),
             }
         }
         match times.first() {
-            Some((pick, secs)) => println!(" {:>10} {:>12.1}", pick.name(), secs * 1e6),
-            None => println!(),
+            Some((pick, secs)) => outln!(o, " {:>10} {:>12.1}", pick.name(), secs * 1e6),
+            None => outln!(o),
         }
         if a.factor < 2 {
             break;
         }
         size = size.saturating_mul(a.factor);
     }
-    println!("# simulated in {:.2} s", started.elapsed().as_secs_f64());
+    outln!(o, "# simulated in {:.2} s", started.elapsed().as_secs_f64());
     if let Some(path) = &a.plot {
         let title = format!("ccl-sim: {coll} on {n} ranks, {}", t.name);
         std::fs::write(path, ccl_examples::plot::svg(&title, &lines))
