@@ -1,0 +1,27 @@
+# Shared by the bench scripts, which source it from the repository root.
+
+# Sets `bind` to cclrun's options for RANKS ranks on this machine: each
+# bound to a core when there are no more ranks than cores (as Open MPI
+# binds its ranks; runs are steadier), none otherwise.
+bind_ranks() {
+    bind=()
+    if [ "$1" -le "$(nproc)" ]; then bind=(--bind-to core); fi
+}
+
+# awk functions the scripts' programs start with: the median of a
+# space-separated list of numbers, and the numeric keys of an array sorted
+# into order[1..n] (n returned).
+# shellcheck disable=SC2034 # used by the scripts that source this file
+stats_awk='
+    function median(s,   a, n, i, j, t) {
+        n = split(s, a, " ")
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function sorted_keys(set, order,   k, i, j, t, s) {
+        k = 0
+        for (s in set) order[++k] = s + 0
+        for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (order[j] < order[i]) { t = order[i]; order[i] = order[j]; order[j] = t }
+        return k
+    }
+'
