@@ -167,6 +167,8 @@ knobs! {
     net_mbps: usize = 0, "CCL_NET_MBPS", "0";
     /// File of measured algorithm choices (bench/tuner --write), consulted before the cost model; the same on every rank.
     tune_file: String = String::new(), "CCL_TUNE_FILE", "";
+    /// Outputs of at least this many bytes are written with stores that bypass the cache (0: never).
+    nt_stores_min: usize = 16 << 20, "CCL_NT_STORES_MIN", "16M";
 }
 
 impl Config {

@@ -30,12 +30,16 @@ fn host_sizes(n: usize) -> Vec<usize> {
 }
 
 fn matrix(algo: Option<Algo>, channels: usize) {
+    run_matrix(&RANKS, config(algo, channels));
+}
+
+fn run_matrix(ranks: &[usize], config: Config) {
     let seed = seed();
-    for n in RANKS {
-        let job = LocalJob::new(n).config(config(algo, channels)).hosts(&host_sizes(n));
+    for &n in ranks {
+        let job = LocalJob::new(n).config(config.clone()).hosts(&host_sizes(n));
         for (rank, r) in job.run(|g| everything(&g, seed)).into_iter().enumerate() {
             if let Err(e) = r {
-                panic!("algo {algo:?}, {n} ranks, rank {rank}: {e} (seed {seed})");
+                panic!("algo {:?}, {n} ranks, rank {rank}: {e} (seed {seed})", config.algo);
             }
         }
     }
@@ -74,4 +78,12 @@ fn tree_ring() {
 #[test]
 fn tuner_choice_with_three_channels() {
     matrix(None, 3);
+}
+
+#[test]
+fn every_algorithm_writing_outputs_around_the_cache() {
+    // the path of large outputs (non-temporal stores), here taken by every output
+    for algo in [Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::TreeRing] {
+        run_matrix(&[1, 2, 3, 4], Config { nt_stores_min: 1, ..config(Some(algo), 1) });
+    }
 }

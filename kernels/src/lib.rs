@@ -17,9 +17,11 @@ mod arith;
 mod bitwise;
 pub mod cuda;
 mod half_block;
+mod stream;
 
 pub use arith::Arith;
 pub use bitwise::Bitwise;
+pub use stream::copy_around_cache;
 
 /// Arithmetic reductions every element type supports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -256,7 +256,8 @@ impl Group {
         let type_hash = if device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
         let size = std::mem::size_of::<T>();
         let fp = Fingerprint::new(call.coll, size, type_hash, op_hash, call.count, call.root, seq);
-        let plan = Plan { checked, slot_elems: choice.slot_elems, channel_base: base, fp, device };
+        let around_cache_from = inner.config.nt_stores_min;
+        let plan = Plan { checked, slot_elems: choice.slot_elems, channel_base: base, fp, device, around_cache_from };
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
     }
 

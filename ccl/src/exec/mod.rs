@@ -76,6 +76,9 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     wiring: Arc<Wiring>,
     slot_elems: usize,
     fp: fingerprint::Words,
+    /// Whether data written into the output goes around the cache (see
+    /// [`Plan::around_cache_from`]).
+    around_cache: bool,
     /// Boxed: host calls, the common case, move a smaller `Exec`.
     gpu: Option<Box<OnGpu>>,
     _op: PhantomData<O>,
@@ -137,6 +140,10 @@ pub struct Plan<'a> {
     /// then device addresses, never dereferenced on the host); boxed, so
     /// host calls move a small `Plan`.
     pub device: Option<Box<DevCall>>,
+    /// Outputs of at least this many bytes (0: none) are written with
+    /// stores that go around the cache ([`ccl_kernels::copy_around_cache`]):
+    /// they would not stay in it, and ordinary stores first read every line.
+    pub around_cache_from: usize,
 }
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
@@ -150,7 +157,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { checked, slot_elems, channel_base, fp, device } = plan;
+        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from } = plan;
         let layout = checked.layout;
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
@@ -175,7 +182,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
         let input = if layout.in_place.is_some() { output as *const T } else { input };
         let fp = fp.words();
-        Ok(Exec { layout, input, output, scratch, pcs, wiring, slot_elems, fp, gpu, _op: PhantomData })
+        let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(size);
+        let around_cache = gpu.is_none() && around_cache_from > 0 && out_bytes >= around_cache_from;
+        Ok(Exec { layout, input, output, scratch, pcs, wiring, slot_elems, fp, around_cache, gpu, _op: PhantomData })
     }
 
     /// Whether every channel has finished.
@@ -379,14 +388,25 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let mem = |r: Region| unsafe { std::slice::from_raw_parts(self.ptr(r) as *const T, r.len) };
         // SAFETY: see above: a validated region, disjoint from every other live slice.
         let mem_mut = |r: Region| unsafe { std::slice::from_raw_parts_mut(self.ptr(r), r.len) };
+        // a write into a large output goes around the cache
+        let around = |d: Region| self.around_cache && d.buf == Buf::Output;
+        let put = |d: Region, src: &[T]| {
+            if around(d) {
+                ccl_kernels::copy_around_cache(mem_mut(d), src)
+            } else {
+                mem_mut(d).copy_from_slice(src)
+            }
+        };
         let mut local = false;
         match st {
             Step::Send { src, .. } => slot_out.copy_from_slice(mem(at(src))),
-            Step::Recv { dst, .. } => mem_mut(at(dst)).copy_from_slice(slot_in),
+            Step::Recv { dst, .. } => put(at(dst), slot_in),
             Step::RecvReduce { src, dst, .. } => {
                 let (s, d) = (at(src), at(dst));
                 if s == d {
                     O::reduce_into(mem_mut(d), slot_in);
+                } else if around(d) {
+                    reduce3_around_cache::<T, O>(mem_mut(d), mem(s), slot_in);
                 } else {
                     O::reduce3(mem_mut(d), mem(s), slot_in);
                 }
@@ -402,13 +422,13 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 slot_out.copy_from_slice(mem(d));
             }
             Step::RecvCopySend { dst, .. } => {
-                mem_mut(at(dst)).copy_from_slice(slot_in);
+                put(at(dst), slot_in);
                 slot_out.copy_from_slice(slot_in);
             }
             Step::Copy { src, dst } => {
                 let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
                 if s != d {
-                    mem_mut(d).copy_from_slice(mem(s));
+                    put(d, mem(s));
                 }
                 local = true;
             }
@@ -419,6 +439,27 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         }
         local
+    }
+}
+
+/// `dst = a ⊕ b` with `dst` written around the cache: reduced a few KiB
+/// at a time into a buffer that stays in L1, then streamed out.
+fn reduce3_around_cache<T: Reduce, O: ReduceOp<T>>(dst: &mut [T], a: &[T], b: &[T]) {
+    #[repr(C, align(64))]
+    struct Chunk([u8; 4096]);
+    let per = 4096 / std::mem::size_of::<T>();
+    if per == 0 {
+        return O::reduce3(dst, a, b);
+    }
+    let mut c = Chunk([0; 4096]);
+    // SAFETY: 4096 initialised bytes, 64-byte aligned (a `T` is aligned to
+    // at most 64, checked in `Exec::new`), hold `per` elements; every bit
+    // pattern is a valid `T` (the `Reduce` contract).
+    let tmp = unsafe { std::slice::from_raw_parts_mut(c.0.as_mut_ptr() as *mut T, per) };
+    for ((d, x), y) in dst.chunks_mut(per).zip(a.chunks(per)).zip(b.chunks(per)) {
+        let t = &mut tmp[..d.len()];
+        O::reduce3(t, x, y);
+        ccl_kernels::copy_around_cache(d, t);
     }
 }
 
