@@ -88,22 +88,26 @@ pub fn rank_tree(order: &[usize], me: usize) -> RankTree {
 /// accumulate into `acc`, the root ends with the total in `acc`.
 pub fn up(ch: &mut Vec<Step>, t: &RankTree, range: &Range<usize>, chunk: usize, src: Buf, acc: Buf) {
     for k in 0..npieces(range.len(), chunk) {
-        let c = piece(range, chunk, k);
-        let (s, a) = (reg(src, &c), reg(acc, &c));
-        match (t.children.as_slice(), t.parent) {
-            ([], Some(parent)) => ch.push(Step::Send { to: parent, src: s }),
-            ([], None) => ch.push(Step::Copy { src: s, dst: a }),
-            (&[c0], Some(parent)) => ch.push(Step::RecvReduceSend { from: c0, to: parent, src: s }),
-            (&[c0], None) => ch.push(Step::RecvReduce { from: c0, src: s, dst: a }),
-            (kids, parent) => {
-                ch.push(Step::RecvReduce { from: kids[0], src: s, dst: a });
-                for (i, &kid) in kids.iter().enumerate().skip(1) {
-                    match parent {
-                        Some(parent) if i + 1 == kids.len() => {
-                            ch.push(Step::RecvReduceSend { from: kid, to: parent, src: a })
-                        }
-                        _ => ch.push(Step::RecvReduce { from: kid, src: a, dst: a }),
+        up_piece(ch, t, &piece(range, chunk, k), src, acc);
+    }
+}
+
+/// Piece `c` of [`up`].
+fn up_piece(ch: &mut Vec<Step>, t: &RankTree, c: &Range<usize>, src: Buf, acc: Buf) {
+    let (s, a) = (reg(src, c), reg(acc, c));
+    match (t.children.as_slice(), t.parent) {
+        ([], Some(parent)) => ch.push(Step::Send { to: parent, src: s }),
+        ([], None) => ch.push(Step::Copy { src: s, dst: a }),
+        (&[c0], Some(parent)) => ch.push(Step::RecvReduceSend { from: c0, to: parent, src: s }),
+        (&[c0], None) => ch.push(Step::RecvReduce { from: c0, src: s, dst: a }),
+        (kids, parent) => {
+            ch.push(Step::RecvReduce { from: kids[0], src: s, dst: a });
+            for (i, &kid) in kids.iter().enumerate().skip(1) {
+                match parent {
+                    Some(parent) if i + 1 == kids.len() => {
+                        ch.push(Step::RecvReduceSend { from: kid, to: parent, src: a })
                     }
+                    _ => ch.push(Step::RecvReduce { from: kid, src: a, dst: a }),
                 }
             }
         }
@@ -114,20 +118,69 @@ pub fn up(ch: &mut Vec<Step>, t: &RankTree, range: &Range<usize>, chunk: usize, 
 /// sends from `root_src` (already holding the data).
 pub fn down(ch: &mut Vec<Step>, t: &RankTree, range: &Range<usize>, chunk: usize, root_src: Buf, buf: Buf) {
     for k in 0..npieces(range.len(), chunk) {
+        down_piece(ch, t, &piece(range, chunk, k), root_src, buf);
+    }
+}
+
+/// Piece `c` of [`down`].
+fn down_piece(ch: &mut Vec<Step>, t: &RankTree, c: &Range<usize>, root_src: Buf, buf: Buf) {
+    let b: Region = reg(buf, c);
+    match (t.parent, t.children.as_slice()) {
+        (None, kids) => {
+            for &kid in kids {
+                ch.push(Step::Send { to: kid, src: reg(root_src, c) });
+            }
+        }
+        (Some(parent), []) => ch.push(Step::Recv { from: parent, dst: b }),
+        (Some(parent), kids) => {
+            ch.push(Step::RecvCopySend { from: parent, to: kids[0], dst: b });
+            for &kid in &kids[1..] {
+                ch.push(Step::Send { to: kid, src: b });
+            }
+        }
+    }
+}
+
+/// All-reduce of `src` into `out` over `range` on one tree, up and down
+/// at once (NCCL's tree): the root reduces each piece and sends it
+/// straight back down in the same step, and every other node takes piece
+/// `k - 1` down right after sending piece `k` up. A link then carries at
+/// most two pieces each way, which half a connection's slots hold.
+pub fn up_down(ch: &mut Vec<Step>, t: &RankTree, range: &Range<usize>, chunk: usize, src: Buf, out: Buf) {
+    let n = npieces(range.len(), chunk);
+    for k in 0..=n {
         let c = piece(range, chunk, k);
-        let b: Region = reg(buf, &c);
-        match (t.parent, t.children.as_slice()) {
-            (None, kids) => {
-                for &kid in kids {
-                    ch.push(Step::Send { to: kid, src: reg(root_src, &c) });
+        match t.parent {
+            None if k < n => root_piece(ch, &t.children, &c, src, out),
+            None => {}
+            Some(_) => {
+                if k < n {
+                    up_piece(ch, t, &c, src, out);
+                }
+                if k > 0 {
+                    down_piece(ch, t, &piece(range, chunk, k - 1), out, out);
                 }
             }
-            (Some(parent), []) => ch.push(Step::Recv { from: parent, dst: b }),
-            (Some(parent), kids) => {
-                ch.push(Step::RecvCopySend { from: parent, to: kids[0], dst: b });
-                for &kid in &kids[1..] {
-                    ch.push(Step::Send { to: kid, src: b });
-                }
+        }
+    }
+}
+
+/// The root's step of [`up_down`] for piece `c`: reduce what its children
+/// send, keep it and send it back to them.
+fn root_piece(ch: &mut Vec<Step>, kids: &[usize], c: &Range<usize>, src: Buf, out: Buf) {
+    let (s, o) = (reg(src, c), reg(out, c));
+    match kids {
+        [] => ch.push(Step::Copy { src: s, dst: o }),
+        &[k0] => ch.push(Step::RecvReduceCopySend { from: k0, to: k0, src: s, dst: o }),
+        &[k0, ref rest @ ..] => {
+            ch.push(Step::RecvReduce { from: k0, src: s, dst: o });
+            let (&last, middle) = rest.split_last().unwrap_or((&k0, &[]));
+            for &kid in middle {
+                ch.push(Step::RecvReduce { from: kid, src: o, dst: o });
+            }
+            ch.push(Step::RecvReduceCopySend { from: last, to: k0, src: o, dst: o });
+            for &kid in rest {
+                ch.push(Step::Send { to: kid, src: o });
             }
         }
     }
@@ -182,8 +235,7 @@ pub fn all_reduce(p: &Params) -> Schedule {
     for range in split(0..p.count, p.channels) {
         for (half, t) in split(range, 2).iter().zip(&trees) {
             let mut ch = Vec::new();
-            up(&mut ch, t, half, p.chunk, Buf::Input, Buf::Output);
-            down(&mut ch, t, half, p.chunk, Buf::Output, Buf::Output);
+            up_down(&mut ch, t, half, p.chunk, Buf::Input, Buf::Output);
             channels.push(ch);
         }
     }
@@ -273,6 +325,46 @@ mod tests {
                 .max()
                 .unwrap_or(0);
             assert!(depth <= 2 + (n as f64).log2().ceil() as usize, "n={n} depth={depth}");
+        }
+    }
+
+    /// Elements rank `p.rank` sends and receives in `s`.
+    fn traffic(s: &Schedule) -> (usize, usize) {
+        let steps = s.channels.iter().flatten();
+        let sent = steps.clone().filter(|st| st.send_peer().is_some()).map(Step::len).sum();
+        (sent, steps.filter(|st| st.recv_peer().is_some()).map(Step::len).sum())
+    }
+
+    #[test]
+    fn the_root_sends_each_piece_down_in_the_step_that_reduces_it() {
+        use crate::topo::Hosts;
+        for n in 2..=16usize {
+            let hosts = Hosts::flat(n);
+            let (count, chunk) = (40 * n + 3, 7);
+            let mut total = (0, 0);
+            for rank in 0..n {
+                let p = Params { nranks: n, rank, count, root: 0, channels: 1, chunk, in_place: false, hosts: &hosts };
+                let s = all_reduce(&p);
+                let halves = split(0..count, 2);
+                for ((t, ch), half) in double_tree(&p).iter().zip(&s.channels).zip(&halves) {
+                    if t.parent.is_some() {
+                        continue;
+                    }
+                    // no pass of its own to send the result down: one fused step per piece
+                    let fused = ch.iter().filter(|st| matches!(st, Step::RecvReduceCopySend { .. })).count();
+                    assert_eq!(fused, npieces(half.len(), chunk), "n={n} rank {rank}");
+                    assert!(ch.iter().all(|st| !matches!(st, Step::Send { .. })), "n={n} rank {rank}");
+                }
+                let (sent, recvd) = traffic(&s);
+                if n == 2 {
+                    // as little as a ring: each rank sends and receives the vector once
+                    assert_eq!((sent, recvd), (count, count), "rank {rank}");
+                }
+                total = (total.0 + sent, total.1 + recvd);
+            }
+            // every link of both trees carries the half once up and once down
+            assert_eq!(total.0, 2 * (n - 1) * count, "n={n}");
+            assert_eq!(total.0, total.1);
         }
     }
 
