@@ -94,6 +94,36 @@ impl KnobValue for String {
     }
 }
 
+/// How senders write the slots of memory connections (`CCL_SLOT_STORES`).
+///
+/// Through the cache is fastest when the two cores share one. On this
+/// machine (a VM on a chiplet CPU) there are phases, seconds long, in which
+/// 2-rank calls of 1 MiB and more run up to 10x slower that way (1 MiB
+/// all_reduce 70 µs, then 500-700 µs), presumably while the host places the
+/// vCPUs on chiplets that share no cache. Streaming stores run at about
+/// half the fast phase's speed in both (120-200 µs). The time of the
+/// steps, taken at either end of a connection, did not tell the phases
+/// apart (tried: the slow phase is spent between steps), so this is the
+/// user's choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlotStores {
+    /// Through the cache.
+    #[default]
+    Cache,
+    /// Around it, with streaming stores.
+    Around,
+}
+
+impl KnobValue for SlotStores {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "cache" => Ok(SlotStores::Cache),
+            "around" => Ok(SlotStores::Around),
+            _ => Err("expected cache or around".into()),
+        }
+    }
+}
+
 impl KnobValue for LogLevel {
     fn parse_knob(s: &str) -> std::result::Result<Self, String> {
         match s.trim().to_ascii_uppercase().as_str() {
@@ -169,6 +199,8 @@ knobs! {
     tune_file: String = String::new(), "CCL_TUNE_FILE", "";
     /// Outputs of at least this many bytes are written with stores that bypass the cache (0: never).
     nt_stores_min: usize = 16 << 20, "CCL_NT_STORES_MIN", "16M";
+    /// How slots of memory connections are written: cache (through it), around (streaming stores; steadier where ranks' cores share no cache).
+    slot_stores: SlotStores = SlotStores::Cache, "CCL_SLOT_STORES", "cache";
 }
 
 impl Config {

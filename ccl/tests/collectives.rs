@@ -7,6 +7,7 @@
 mod common;
 
 use ccl::algo::Algo;
+use ccl::config::SlotStores;
 use ccl::testing::LocalJob;
 use ccl::Config;
 use common::matrix::everything;
@@ -85,5 +86,13 @@ fn every_algorithm_writing_outputs_around_the_cache() {
     // the path of large outputs (non-temporal stores), here taken by every output
     for algo in [Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::TreeRing] {
         run_matrix(&[1, 2, 3, 4], Config { nt_stores_min: 1, ..config(Some(algo), 1) });
+    }
+}
+
+#[test]
+fn every_algorithm_writing_slots_around_the_cache() {
+    // CCL_SLOT_STORES=around: every slot a step sends is written with non-temporal stores
+    for algo in [Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::TreeRing] {
+        run_matrix(&[2, 3, 4], Config { slot_stores: SlotStores::Around, ..config(Some(algo), 1) });
     }
 }

@@ -257,7 +257,15 @@ impl Group {
         let size = std::mem::size_of::<T>();
         let fp = Fingerprint::new(call.coll, size, type_hash, op_hash, call.count, call.root, seq);
         let around_cache_from = inner.config.nt_stores_min;
-        let plan = Plan { checked, slot_elems: choice.slot_elems, channel_base: base, fp, device, around_cache_from };
+        let plan = Plan {
+            checked,
+            slot_elems: choice.slot_elems,
+            channel_base: base,
+            fp,
+            device,
+            around_cache_from,
+            slot_stores: inner.config.slot_stores,
+        };
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
     }
 

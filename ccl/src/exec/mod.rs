@@ -17,6 +17,7 @@ pub use conns::Conns;
 pub use device::DevCall;
 
 use crate::algo::{Buf, Layout, Region, Schedule, Step};
+use crate::config::SlotStores;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::ReduceOp;
 use crate::Reduce;
@@ -79,6 +80,8 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     /// Whether data written into the output goes around the cache (see
     /// [`Plan::around_cache_from`]).
     around_cache: bool,
+    /// How slots are written ([`SlotStores`]).
+    slot_stores: SlotStores,
     /// Boxed: host calls, the common case, move a smaller `Exec`.
     gpu: Option<Box<OnGpu>>,
     _op: PhantomData<O>,
@@ -144,6 +147,8 @@ pub struct Plan<'a> {
     /// stores that go around the cache ([`ccl_kernels::copy_around_cache`]):
     /// they would not stay in it, and ordinary stores first read every line.
     pub around_cache_from: usize,
+    /// How slots of shared memory are written ([`SlotStores`]).
+    pub slot_stores: SlotStores,
 }
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
@@ -157,7 +162,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from } = plan;
+        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slot_stores } = plan;
         let layout = checked.layout;
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
@@ -184,7 +189,20 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let fp = fp.words();
         let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(size);
         let around_cache = gpu.is_none() && around_cache_from > 0 && out_bytes >= around_cache_from;
-        Ok(Exec { layout, input, output, scratch, pcs, wiring, slot_elems, fp, around_cache, gpu, _op: PhantomData })
+        Ok(Exec {
+            layout,
+            input,
+            output,
+            scratch,
+            pcs,
+            wiring,
+            slot_elems,
+            fp,
+            around_cache,
+            slot_stores,
+            gpu,
+            _op: PhantomData,
+        })
     }
 
     /// Whether every channel has finished.
@@ -344,7 +362,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             self.gpu_step(st, src, dst, elems, io, conns)?;
             local
         } else {
-            self.host_step(st, at, incoming, outgoing, n)
+            let out_around = self.slot_stores == SlotStores::Around;
+            self.host_step(st, at, incoming, outgoing, n, out_around)
         };
         if let Some(si) = si {
             conns.send_at(si).post(n * size, &self.fp);
@@ -366,6 +385,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         incoming: Option<*const T>,
         outgoing: Option<*mut T>,
         n: usize,
+        out_around: bool,
     ) -> bool {
         // Why the slices below are sound: regions were validated against
         // their buffers in `new`, and fused operands are identical (the
@@ -397,9 +417,17 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 mem_mut(d).copy_from_slice(src)
             }
         };
+        // and a write into a slot as CCL_SLOT_STORES says
+        let send = |o: &mut [T], src: &[T]| {
+            if out_around {
+                ccl_kernels::copy_around_cache(o, src)
+            } else {
+                o.copy_from_slice(src)
+            }
+        };
         let mut local = false;
         match st {
-            Step::Send { src, .. } => slot_out.copy_from_slice(mem(at(src))),
+            Step::Send { src, .. } => send(slot_out, mem(at(src))),
             Step::Recv { dst, .. } => put(at(dst), slot_in),
             Step::RecvReduce { src, dst, .. } => {
                 let (s, d) = (at(src), at(dst));
@@ -411,6 +439,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     O::reduce3(mem_mut(d), mem(s), slot_in);
                 }
             }
+            Step::RecvReduceSend { src, .. } if out_around => {
+                reduce3_around_cache::<T, O>(slot_out, mem(at(src)), slot_in)
+            }
             Step::RecvReduceSend { src, .. } => O::reduce3(slot_out, mem(at(src)), slot_in),
             Step::RecvReduceCopySend { src, dst, .. } => {
                 let (s, d) = (at(src), at(dst));
@@ -419,11 +450,11 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 } else {
                     O::reduce3(mem_mut(d), mem(s), slot_in);
                 }
-                slot_out.copy_from_slice(mem(d));
+                send(slot_out, mem(d));
             }
             Step::RecvCopySend { dst, .. } => {
                 put(at(dst), slot_in);
-                slot_out.copy_from_slice(slot_in);
+                send(slot_out, slot_in);
             }
             Step::Copy { src, dst } => {
                 let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
