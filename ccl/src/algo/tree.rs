@@ -328,7 +328,7 @@ mod tests {
         }
     }
 
-    /// Elements rank `p.rank` sends and receives in `s`.
+    /// Elements a rank sends and receives in its schedule `s`.
     fn traffic(s: &Schedule) -> (usize, usize) {
         let steps = s.channels.iter().flatten();
         let sent = steps.clone().filter(|st| st.send_peer().is_some()).map(Step::len).sum();
