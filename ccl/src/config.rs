@@ -101,14 +101,17 @@ impl KnobValue for String {
 /// 2-rank calls of 1 MiB and more run up to 10x slower that way (1 MiB
 /// all_reduce 70 µs, then 500-700 µs), presumably while the host places the
 /// vCPUs on chiplets that share no cache. Streaming stores run at about
-/// half the fast phase's speed in both (120-200 µs). The time of the
-/// steps, taken at either end of a connection, did not tell the phases
-/// apart (tried: the slow phase is spent between steps), so this is the
-/// user's choice.
+/// half the fast phase's speed in both (120-200 µs). The time of single
+/// steps does not tell the phases apart (the slow phase is spent between
+/// steps), so `Auto` times whole calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SlotStores {
-    /// Through the cache.
+    /// Whichever way the group's blocking calls of a size class measure
+    /// faster, with a few calls trying the other way (`comm::stores`);
+    /// non-blocking calls follow that choice, calls under 256 KiB use the cache.
     #[default]
+    Auto,
+    /// Through the cache.
     Cache,
     /// Around it, with streaming stores.
     Around,
@@ -117,9 +120,10 @@ pub enum SlotStores {
 impl KnobValue for SlotStores {
     fn parse_knob(s: &str) -> std::result::Result<Self, String> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "" | "cache" => Ok(SlotStores::Cache),
+            "" | "auto" => Ok(SlotStores::Auto),
+            "cache" => Ok(SlotStores::Cache),
             "around" => Ok(SlotStores::Around),
-            _ => Err("expected cache or around".into()),
+            _ => Err("expected auto, cache or around".into()),
         }
     }
 }
@@ -199,8 +203,8 @@ knobs! {
     tune_file: String = String::new(), "CCL_TUNE_FILE", "";
     /// Outputs of at least this many bytes are written with stores that bypass the cache (0: never).
     nt_stores_min: usize = 16 << 20, "CCL_NT_STORES_MIN", "16M";
-    /// How slots of memory connections are written: cache (through it), around (streaming stores; steadier where ranks' cores share no cache).
-    slot_stores: SlotStores = SlotStores::Cache, "CCL_SLOT_STORES", "cache";
+    /// How slots of memory connections are written: auto (calls of 256 KiB and more time both ways), cache (through it), around (streaming stores; steadier where ranks' cores share no cache).
+    slot_stores: SlotStores = SlotStores::Auto, "CCL_SLOT_STORES", "auto";
 }
 
 impl Config {

@@ -4,9 +4,10 @@
 use super::buffer::Place;
 use super::engine::{CallOp, Engine};
 use super::request::Request;
+use super::stores::SlotChooser;
 use super::typed::Communicator;
 use crate::algo::{self, Algo, Coll, Params};
-use crate::config::Config;
+use crate::config::{Config, SlotStores};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::fingerprint::{Fingerprint, NameHashes as Names};
 use crate::exec::{Checked, Conns, DevCall, Exec, Plan};
@@ -39,6 +40,8 @@ struct Plans {
     map: HashMap<PlanKey, Arc<Checked>>,
     /// The last call, the tuner's generation then, its choice and plan.
     last: Option<(CallKey, u64, tune::Choice, Arc<Checked>)>,
+    /// How large calls write their slots under `CCL_SLOT_STORES=auto`.
+    stores: SlotChooser,
 }
 
 /// Schedules kept per group before the cache starts over.
@@ -99,6 +102,13 @@ pub(crate) struct Call<T> {
     pub timeout: Option<std::time::Duration>,
     /// The stream of a call on device buffers (whose pointers are then device addresses).
     pub device: Option<Stream>,
+}
+
+impl<T> Call<T> {
+    /// Bytes of the call's count (a size class, not what it moves).
+    fn bytes(&self) -> usize {
+        self.count.saturating_mul(std::mem::size_of::<T>())
+    }
 }
 
 impl Group {
@@ -240,6 +250,7 @@ impl Group {
         plans: &'p mut Plans,
         call: &Call<T>,
         seq: u64,
+        slot_stores: SlotStores,
     ) -> Result<Prepared<'p>> {
         let inner = &self.inner;
         let (choice, checked) = self.plan_of::<T>(plans, call)?;
@@ -264,7 +275,7 @@ impl Group {
             fp,
             device,
             around_cache_from,
-            slot_stores: inner.config.slot_stores,
+            slot_stores,
         };
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
     }
@@ -291,7 +302,11 @@ impl Group {
     ) -> Result<u64> {
         self.with_state(|eng, plans| {
             eng.check_usable()?;
-            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq)?;
+            let stores = match self.inner.config.slot_stores {
+                SlotStores::Auto => plans.stores.chosen(call.bytes()),
+                fixed => fixed,
+            };
+            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, stores)?;
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
             let op = CallOp { exec, finish_ranks, on_done: Some(on_done) };
@@ -307,12 +322,23 @@ impl Group {
     pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(&self, call: Call<T>, seq: u64) -> Result<()> {
         self.with_state(|eng, plans| {
             eng.check_usable()?;
-            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq)?;
+            let (stores, timed) = match self.inner.config.slot_stores {
+                SlotStores::Auto if call.device.is_none() => plans.stores.pick(call.bytes(), seq),
+                SlotStores::Auto => (SlotStores::Cache, false),
+                fixed => (fixed, false),
+            };
+            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, stores)?;
             // SAFETY: forwarded; `run` returns only once the call has
             // finished or failed and left the queue, before the borrow ends.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
             let mut op = CallOp { exec, finish_ranks, on_done: None };
-            eng.run(&mut op, call.coll.name(), seq, timeout)
+            let started = timed.then(std::time::Instant::now);
+            eng.run(&mut op, call.coll.name(), seq, timeout)?;
+            if let Some(t0) = started {
+                let nanos = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                plans.stores.observe(call.bytes(), stores, nanos);
+            }
+            Ok(())
         })
     }
 

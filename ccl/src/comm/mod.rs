@@ -5,6 +5,7 @@ mod buffer;
 mod engine;
 mod group;
 mod request;
+mod stores;
 mod typed;
 
 #[doc(hidden)]

@@ -1,0 +1,211 @@
+//! Which way a rank writes its slots under `CCL_SLOT_STORES=auto`, learned
+//! from how long its large blocking calls take.
+//!
+//! Through the cache is fastest while the ranks' cores share one; on a VM
+//! whose host moves vCPUs between chiplets there are phases in which it is
+//! 5–10× slower, and streaming stores are then faster (see
+//! [`SlotStores`]). The time of single steps does not show the phases (the
+//! time goes between steps), so this times whole calls: per size class, a
+//! running mean of nanoseconds per byte each way, and the lowest that
+//! mean has been. Some calls are written the other way (probes), chosen
+//! from the call's sequence number so that ranks probe the same calls: a
+//! class's 4th and 8th call; one in 64 while through the cache is as fast
+//! as it has been; one in 4 while it runs 1.5× slower than that (a slow
+//! phase may have begun); one in 16 while streaming. The choice follows
+//! the cheaper mean, with some hysteresis. A class's first [`WARM`] calls
+//! are not counted: they connect and touch fresh memory.
+
+use crate::config::SlotStores;
+
+/// Calls smaller than this keep writing through the cache: their slots are
+/// few and their time is mostly hand-offs.
+pub const ADAPT_MIN: usize = 256 << 10;
+/// Calls of a class not counted: the first connect and fault in memory.
+pub const WARM: u32 = 2;
+/// The other way must be this much cheaper before the choice changes.
+const HYSTERESIS: f32 = 1.2;
+/// Size classes: powers of two from `ADAPT_MIN` up.
+const CLASSES: usize = 48;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Class {
+    /// Nanoseconds per byte through the cache and around it (0: unknown).
+    cost: [f32; 2],
+    /// The lowest each mean has been (0: unknown).
+    best: [f32; 2],
+    around: bool,
+    /// Calls timed so far.
+    calls: u32,
+}
+
+impl Class {
+    /// One call in how many is a probe.
+    fn probe_every(&self) -> u64 {
+        let through = self.cost[0];
+        if self.around {
+            16
+        } else if through > 1.5 * self.best[0] {
+            4
+        } else {
+            64
+        }
+    }
+}
+
+/// One group's choices, per size class.
+#[derive(Clone, Debug)]
+pub struct SlotChooser {
+    classes: [Class; CLASSES],
+}
+
+impl Default for SlotChooser {
+    fn default() -> Self {
+        SlotChooser { classes: [Class::default(); CLASSES] }
+    }
+}
+
+fn class(bytes: usize) -> Option<usize> {
+    (bytes >= ADAPT_MIN).then(|| ((bytes / ADAPT_MIN).ilog2() as usize).min(CLASSES - 1))
+}
+
+fn mode(around: bool) -> SlotStores {
+    if around {
+        SlotStores::Around
+    } else {
+        SlotStores::Cache
+    }
+}
+
+impl SlotChooser {
+    /// How call number `seq` moving `bytes` bytes writes its slots, and
+    /// whether its time should be [`observe`](Self::observe)d.
+    pub fn pick(&self, bytes: usize, seq: u64) -> (SlotStores, bool) {
+        let Some(c) = class(bytes) else {
+            return (SlotStores::Cache, false);
+        };
+        let cl = &self.classes[c];
+        let early = cl.calls == 3 || cl.calls == 7;
+        let probe = early || ((seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) & (cl.probe_every() - 1)) == 0;
+        (mode(cl.around != probe), true)
+    }
+
+    /// Whether calls of `bytes` bytes are now written around the cache.
+    pub fn chosen(&self, bytes: usize) -> SlotStores {
+        mode(class(bytes).is_some_and(|c| self.classes[c].around))
+    }
+
+    /// Takes a call's time: `bytes` bytes with slots written as `how`, in
+    /// `nanos` ns.
+    pub fn observe(&mut self, bytes: usize, how: SlotStores, nanos: u64) {
+        let Some(c) = class(bytes) else {
+            return;
+        };
+        let cl = &mut self.classes[c];
+        cl.calls = cl.calls.saturating_add(1);
+        if cl.calls <= WARM {
+            return;
+        }
+        let around = how == SlotStores::Around;
+        let x = nanos as f32 / bytes as f32;
+        let m = &mut cl.cost[usize::from(around)];
+        // probes are rare: each counts for half; the chosen way's calls are
+        // many: each counts for a quarter
+        let w = if around == cl.around { 0.25 } else { 0.5 };
+        *m = if *m == 0.0 { x } else { *m + (x - *m) * w };
+        let b = &mut cl.best[usize::from(around)];
+        *b = if *b == 0.0 { *m } else { b.min(*m) };
+        let [through, streamed] = cl.cost;
+        if through > 0.0 && streamed > 0.0 {
+            if cl.around && through * HYSTERESIS < streamed {
+                cl.around = false;
+            } else if !cl.around && streamed * HYSTERESIS < through {
+                cl.around = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs calls `from..to` of 1 MiB that take `through` or `around` ns
+    /// per byte; how many were written around the cache.
+    fn run(s: &mut SlotChooser, calls: std::ops::Range<u64>, through: f32, around: f32) -> u64 {
+        let bytes = 1 << 20;
+        let mut streamed = 0;
+        for seq in calls {
+            let (how, timed) = s.pick(bytes, seq);
+            assert!(timed);
+            let a = how == SlotStores::Around;
+            streamed += u64::from(a);
+            s.observe(bytes, how, ((if a { around } else { through }) * bytes as f32) as u64);
+        }
+        streamed
+    }
+
+    #[test]
+    fn small_calls_write_through_the_cache_untimed() {
+        let s = SlotChooser::default();
+        for seq in 0..100 {
+            assert_eq!(s.pick(ADAPT_MIN - 1, seq), (SlotStores::Cache, false));
+        }
+        assert_eq!(s.chosen(8), SlotStores::Cache);
+    }
+
+    #[test]
+    fn follows_the_cheaper_way_and_probes_more_when_the_cache_gets_slow() {
+        let mut s = SlotChooser::default();
+        // a shared cache: 70 µs a MiB through it, 130 around it
+        let streamed = run(&mut s, 0..1600, 0.067, 0.124);
+        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!((10..50).contains(&streamed), "{streamed} probes in 1600 calls");
+        // a slow phase: 600 µs through the cache; noticed within a few calls
+        run(&mut s, 1600..1640, 0.57, 0.124);
+        assert_eq!(s.chosen(1 << 20), SlotStores::Around);
+        let streamed = run(&mut s, 1640..1800, 0.57, 0.124);
+        assert!(streamed > 140, "{streamed} of 160");
+        // other sizes learn on their own
+        assert_eq!(s.chosen(8 << 20), SlotStores::Cache);
+        // and the fast phase again
+        run(&mut s, 1800..2000, 0.067, 0.124);
+        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+    }
+
+    #[test]
+    fn the_first_calls_do_not_count() {
+        let mut s = SlotChooser::default();
+        // connecting makes the first two calls slow whichever way they go
+        for seq in 0..u64::from(WARM) {
+            let (how, _) = s.pick(1 << 20, seq);
+            s.observe(1 << 20, how, 1 << 30);
+        }
+        run(&mut s, 2..400, 0.067, 0.124);
+        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!(s.classes[2].cost[0] < 0.1, "{:?}", s.classes[2]);
+    }
+
+    #[test]
+    fn a_small_difference_does_not_switch() {
+        let mut s = SlotChooser::default();
+        run(&mut s, 0..2000, 0.070, 0.067);
+        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+    }
+
+    #[test]
+    fn ranks_probe_the_same_calls() {
+        let (a, mut b) = (SlotChooser::default(), SlotChooser::default());
+        let (mut probes_a, mut probes_b) = (0, 0);
+        // in the same state, the same calls; b streaming probes more often,
+        // on a superset of a's calls
+        b.classes[0].around = true;
+        for seq in 0..2000 {
+            let probe_a = a.pick(1 << 18, seq).0 == SlotStores::Around;
+            let probe_b = b.pick(1 << 18, seq).0 == SlotStores::Cache;
+            assert!(!probe_a || probe_b, "call {seq}");
+            probes_a += u32::from(probe_a);
+            probes_b += u32::from(probe_b);
+        }
+        assert!(probes_a > 10 && probes_b > 3 * probes_a, "{probes_a} {probes_b}");
+    }
+}
