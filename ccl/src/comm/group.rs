@@ -132,6 +132,8 @@ impl Group {
         let chatty = config.debug >= crate::config::LogLevel::Info;
         let engine = Engine::new(conns, rank, Backoff::spins_for(local, cores), Arc::clone(&aborted), chatty);
         let rules = if config.tune_file.is_empty() { None } else { Some(tune::Rules::load(&config.tune_file)?) };
+        let mut plans = Plans::default();
+        plans.stores.set_adapting(local <= cores);
         let inner = Inner {
             rank,
             size,
@@ -146,7 +148,7 @@ impl Group {
             gpu: Mutex::new(None),
             splits: AtomicU64::new(0),
             aborted,
-            state: Mutex::new(State { engine, plans: Plans::default() }),
+            state: Mutex::new(State { engine, plans }),
         };
         if let Some(r) = rules {
             inner.tuner.set_rules(r);
@@ -156,11 +158,13 @@ impl Group {
 
     /// Tells the engine that `ranks` processes of the job (this one
     /// included) share this machine's cores, even if `CCL_HOSTID` makes
-    /// them separate hosts: it then spins only as long as fits.
+    /// them separate hosts: it then spins only as long as fits, and writes
+    /// slots through the cache unless every rank has a core.
     pub(crate) fn share_cores_with(&self, ranks: usize) {
         let cores = crate::topo::host_cpus();
         if let Ok(mut s) = self.inner.state.lock() {
             s.engine.set_spins(Backoff::spins_for(ranks, cores));
+            s.plans.stores.set_adapting(ranks <= cores);
         }
     }
 

@@ -13,7 +13,10 @@
 //! as it has been; one in 4 while it runs 1.5× slower than that (a slow
 //! phase may have begun); one in 16 while streaming. The choice follows
 //! the cheaper mean, with some hysteresis. A class's first [`WARM`] calls
-//! are not counted: they connect and touch fresh memory.
+//! are not counted: they connect and touch fresh memory. Ranks that share
+//! cores do not adapt: their calls' times swing with the scheduler (4 ranks
+//! on 2 cores: 380–2400 µs for one 2 MiB size), which would drown the
+//! signal, and the phases are about caches between cores of their own.
 
 use crate::config::SlotStores;
 
@@ -56,11 +59,13 @@ impl Class {
 #[derive(Clone, Debug)]
 pub struct SlotChooser {
     classes: [Class; CLASSES],
+    /// Whether to adapt at all (the ranks have cores of their own).
+    adapting: bool,
 }
 
 impl Default for SlotChooser {
     fn default() -> Self {
-        SlotChooser { classes: [Class::default(); CLASSES] }
+        SlotChooser { classes: [Class::default(); CLASSES], adapting: true }
     }
 }
 
@@ -80,7 +85,7 @@ impl SlotChooser {
     /// How call number `seq` moving `bytes` bytes writes its slots, and
     /// whether its time should be [`observe`](Self::observe)d.
     pub fn pick(&self, bytes: usize, seq: u64) -> (SlotStores, bool) {
-        let Some(c) = class(bytes) else {
+        let Some(c) = class(bytes).filter(|_| self.adapting) else {
             return (SlotStores::Cache, false);
         };
         let cl = &self.classes[c];
@@ -91,7 +96,13 @@ impl SlotChooser {
 
     /// Whether calls of `bytes` bytes are now written around the cache.
     pub fn chosen(&self, bytes: usize) -> SlotStores {
-        mode(class(bytes).is_some_and(|c| self.classes[c].around))
+        mode(self.adapting && class(bytes).is_some_and(|c| self.classes[c].around))
+    }
+
+    /// Adapts only when `on` (every rank has a core of its own); otherwise
+    /// every call writes through the cache.
+    pub fn set_adapting(&mut self, on: bool) {
+        self.adapting = on;
     }
 
     /// Takes a call's time: `bytes` bytes with slots written as `how`, in
@@ -170,6 +181,16 @@ mod tests {
         // and the fast phase again
         run(&mut s, 1800..2000, 0.067, 0.124);
         assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+    }
+
+    #[test]
+    fn ranks_sharing_cores_write_through_the_cache() {
+        let mut s = SlotChooser::default();
+        run(&mut s, 0..100, 0.57, 0.124);
+        assert_eq!(s.chosen(1 << 20), SlotStores::Around);
+        s.set_adapting(false);
+        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!((0..100).all(|seq| s.pick(1 << 20, seq) == (SlotStores::Cache, false)));
     }
 
     #[test]
