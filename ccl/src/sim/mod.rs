@@ -3,7 +3,9 @@
 //! The same schedules the executor runs and the verifier proves are timed
 //! here, step by step, for every rank at once. The model is α-β per link:
 //! a message costs a latency plus its bytes over a bandwidth. Ranks of one
-//! host talk through shared memory (each connection on its own); between
+//! host talk through shared memory (each connection on its own; the bytes
+//! over the bandwidth are the receiver's busy time, fetching them out of
+//! the other core, which its other channels cannot use); between
 //! hosts, every host has `nics` network links (a rank uses link `local
 //! rank % nics`, as NCCL pairs GPUs with NICs), each direction of which
 //! carries one message at a time, so concurrent transfers share it. Every rank has
@@ -30,7 +32,8 @@ pub struct Link {
 /// The parameters of a topology, identical on every rank of a job.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Model {
-    /// Between ranks of one host (shared memory).
+    /// Between ranks of one host (shared memory; the bandwidth is the
+    /// receiver's rate of fetching from the sender's core).
     pub intra: Link,
     /// Each of a host's network links (each direction).
     pub inter: Link,
