@@ -5,14 +5,16 @@
 //! whose host moves vCPUs between chiplets there are phases in which it is
 //! 5–10× slower, and streaming stores are then faster (see
 //! [`SlotStores`]). The time of single steps does not show the phases (the
-//! time goes between steps), so this times whole calls: per size class, a
-//! running mean of nanoseconds per byte each way, and the lowest that
-//! mean has been. Some calls are written the other way (probes), chosen
-//! from the call's sequence number so that ranks probe the same calls: a
-//! class's 4th and 8th call; one in 64 while through the cache is as fast
-//! as it has been; one in 4 while it runs 1.5× slower than that (a slow
-//! phase may have begun); one in 16 while streaming. The choice follows
-//! the cheaper mean, with some hysteresis. A class's first [`WARM`] calls
+//! time goes between steps), so this times whole calls: per size class,
+//! each way's cost is the least nanoseconds per byte of its last
+//! [`WINDOW`] calls (timing noise only ever adds, and a slow phase raises
+//! every call while a preempted call is a single spike). Some calls are
+//! written the other way (probes), chosen from the call's sequence number
+//! so that ranks probe the same calls: a class's 4th and 8th call; one in
+//! 64 while through the cache is as fast as it has been; one in 4 while it
+//! runs 1.5× slower than that (a slow phase may have begun); one in 16
+//! while streaming. The choice follows the cheaper cost, with some
+//! hysteresis. A class's first [`WARM`] calls
 //! are not counted: they connect and touch fresh memory. Ranks that share
 //! cores do not adapt: their calls' times swing with the scheduler (4 ranks
 //! on 2 cores: 380–2400 µs for one 2 MiB size), which would drown the
@@ -25,6 +27,8 @@ use crate::config::SlotStores;
 pub const ADAPT_MIN: usize = 256 << 10;
 /// Calls of a class not counted: the first connect and fault in memory.
 pub const WARM: u32 = 2;
+/// Calls each way whose least time is that way's cost.
+pub const WINDOW: usize = 4;
 /// The other way must be this much cheaper before the choice changes.
 const HYSTERESIS: f32 = 1.2;
 /// Size classes: powers of two from `ADAPT_MIN` up.
@@ -32,22 +36,28 @@ const CLASSES: usize = 48;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Class {
-    /// Nanoseconds per byte through the cache and around it (0: unknown).
-    cost: [f32; 2],
-    /// The lowest each mean has been (0: unknown).
-    best: [f32; 2],
+    /// Nanoseconds per byte of the last calls through the cache and
+    /// around it (0: none yet), and where the next goes.
+    recent: [[f32; WINDOW]; 2],
+    next: [usize; 2],
+    /// The lowest cost through the cache has been (0: unknown).
+    best: f32,
     around: bool,
     /// Calls timed so far.
     calls: u32,
 }
 
 impl Class {
+    /// A way's cost: the least of its recent calls (0: none yet).
+    fn cost(&self, around: bool) -> f32 {
+        self.recent[usize::from(around)].iter().copied().filter(|&x| x > 0.0).reduce(f32::min).unwrap_or(0.0)
+    }
+
     /// One call in how many is a probe.
     fn probe_every(&self) -> u64 {
-        let through = self.cost[0];
         if self.around {
             16
-        } else if through > 1.5 * self.best[0] {
+        } else if self.cost(false) > 1.5 * self.best {
             4
         } else {
             64
@@ -117,15 +127,13 @@ impl SlotChooser {
             return;
         }
         let around = how == SlotStores::Around;
-        let x = nanos as f32 / bytes as f32;
-        let m = &mut cl.cost[usize::from(around)];
-        // probes are rare: each counts for half; the chosen way's calls are
-        // many: each counts for a quarter
-        let w = if around == cl.around { 0.25 } else { 0.5 };
-        *m = if *m == 0.0 { x } else { *m + (x - *m) * w };
-        let b = &mut cl.best[usize::from(around)];
-        *b = if *b == 0.0 { *m } else { b.min(*m) };
-        let [through, streamed] = cl.cost;
+        let w = usize::from(around);
+        cl.recent[w][cl.next[w]] = nanos as f32 / bytes as f32;
+        cl.next[w] = (cl.next[w] + 1) % WINDOW;
+        let (through, streamed) = (cl.cost(false), cl.cost(true));
+        if !around {
+            cl.best = if cl.best == 0.0 { through } else { cl.best.min(through) };
+        }
         if through > 0.0 && streamed > 0.0 {
             if cl.around && through * HYSTERESIS < streamed {
                 cl.around = false;
@@ -203,7 +211,20 @@ mod tests {
         }
         run(&mut s, 2..400, 0.067, 0.124);
         assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
-        assert!(s.classes[2].cost[0] < 0.1, "{:?}", s.classes[2]);
+        assert!(s.classes[2].cost(false) < 0.1, "{:?}", s.classes[2]);
+    }
+
+    #[test]
+    fn a_preempted_call_does_not_switch() {
+        let mut s = SlotChooser::default();
+        run(&mut s, 0..200, 0.067, 0.124);
+        // one call 30x slower (2 ms for 1 MiB), then fast again
+        let (how, _) = s.pick(1 << 20, 200);
+        assert_eq!(how, SlotStores::Cache);
+        s.observe(1 << 20, how, 2_000_000);
+        let streamed = run(&mut s, 201..400, 0.067, 0.124);
+        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!(streamed < 15, "{streamed} streamed after one slow call");
     }
 
     #[test]
