@@ -7,7 +7,7 @@ use super::request::Request;
 use super::stores::SlotChooser;
 use super::typed::Communicator;
 use crate::algo::{self, Algo, Coll, Params};
-use crate::config::{Config, SlotStores};
+use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::fingerprint::{Fingerprint, NameHashes as Names};
 use crate::exec::{Checked, Conns, DevCall, Exec, Plan};
@@ -132,8 +132,7 @@ impl Group {
         let chatty = config.debug >= crate::config::LogLevel::Info;
         let engine = Engine::new(conns, rank, Backoff::spins_for(local, cores), Arc::clone(&aborted), chatty);
         let rules = if config.tune_file.is_empty() { None } else { Some(tune::Rules::load(&config.tune_file)?) };
-        let mut plans = Plans::default();
-        plans.stores.set_adapting(local <= cores);
+        let plans = Plans { stores: SlotChooser::new(config.slot_stores, local <= cores), ..Plans::default() };
         let inner = Inner {
             rank,
             size,
@@ -164,7 +163,7 @@ impl Group {
         let cores = crate::topo::host_cpus();
         if let Ok(mut s) = self.inner.state.lock() {
             s.engine.set_spins(Backoff::spins_for(ranks, cores));
-            s.plans.stores.set_adapting(ranks <= cores);
+            s.plans.stores.set_own_cores(ranks <= cores);
         }
     }
 
@@ -254,7 +253,7 @@ impl Group {
         plans: &'p mut Plans,
         call: &Call<T>,
         seq: u64,
-        slot_stores: SlotStores,
+        slots_around: bool,
     ) -> Result<Prepared<'p>> {
         let inner = &self.inner;
         let (choice, checked) = self.plan_of::<T>(plans, call)?;
@@ -279,7 +278,7 @@ impl Group {
             fp,
             device,
             around_cache_from,
-            slot_stores,
+            slots_around,
         };
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
     }
@@ -306,11 +305,8 @@ impl Group {
     ) -> Result<u64> {
         self.with_state(|eng, plans| {
             eng.check_usable()?;
-            let stores = match self.inner.config.slot_stores {
-                SlotStores::Auto => plans.stores.chosen(call.bytes()),
-                fixed => fixed,
-            };
-            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, stores)?;
+            let around = plans.stores.chosen(call.bytes());
+            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, around)?;
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
             let op = CallOp { exec, finish_ranks, on_done: Some(on_done) };
@@ -326,12 +322,10 @@ impl Group {
     pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(&self, call: Call<T>, seq: u64) -> Result<()> {
         self.with_state(|eng, plans| {
             eng.check_usable()?;
-            let (stores, timed) = match self.inner.config.slot_stores {
-                SlotStores::Auto if call.device.is_none() => plans.stores.pick(call.bytes(), seq),
-                SlotStores::Auto => (SlotStores::Cache, false),
-                fixed => (fixed, false),
-            };
-            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, stores)?;
+            let (around, timed) = plans.stores.pick(call.bytes(), seq);
+            // a device call's slots are written by the GPU: nothing to learn
+            let timed = timed && call.device.is_none();
+            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, around)?;
             // SAFETY: forwarded; `run` returns only once the call has
             // finished or failed and left the queue, before the borrow ends.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
@@ -340,7 +334,7 @@ impl Group {
             eng.run(&mut op, call.coll.name(), seq, timeout)?;
             if let Some(t0) = started {
                 let nanos = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                plans.stores.observe(call.bytes(), stores, nanos);
+                plans.stores.observe(call.bytes(), around, nanos);
             }
             Ok(())
         })

@@ -65,17 +65,20 @@ impl Class {
     }
 }
 
-/// One group's choices, per size class.
+/// One group's way of writing slots: fixed by `CCL_SLOT_STORES`, or
+/// chosen per size class under `auto`.
 #[derive(Clone, Debug)]
 pub struct SlotChooser {
     classes: [Class; CLASSES],
-    /// Whether to adapt at all (the ranks have cores of their own).
-    adapting: bool,
+    /// The setting.
+    stores: SlotStores,
+    /// Whether the ranks have cores of their own (`auto` adapts only then).
+    own_cores: bool,
 }
 
 impl Default for SlotChooser {
     fn default() -> Self {
-        SlotChooser { classes: [Class::default(); CLASSES], adapting: true }
+        SlotChooser::new(SlotStores::Auto, true)
     }
 }
 
@@ -83,41 +86,49 @@ fn class(bytes: usize) -> Option<usize> {
     (bytes >= ADAPT_MIN).then(|| ((bytes / ADAPT_MIN).ilog2() as usize).min(CLASSES - 1))
 }
 
-fn mode(around: bool) -> SlotStores {
-    if around {
-        SlotStores::Around
-    } else {
-        SlotStores::Cache
-    }
-}
-
 impl SlotChooser {
-    /// How call number `seq` moving `bytes` bytes writes its slots, and
-    /// whether its time should be [`observe`](Self::observe)d.
-    pub fn pick(&self, bytes: usize, seq: u64) -> (SlotStores, bool) {
-        let Some(c) = class(bytes).filter(|_| self.adapting) else {
-            return (SlotStores::Cache, false);
+    /// Slots written as `stores` says; under `auto`, adapting only where
+    /// the ranks have `own_cores`.
+    pub fn new(stores: SlotStores, own_cores: bool) -> Self {
+        SlotChooser { classes: [Class::default(); CLASSES], stores, own_cores }
+    }
+
+    /// The size class `auto` learns for calls of `bytes` bytes, if any.
+    fn learning(&self, bytes: usize) -> Option<usize> {
+        class(bytes).filter(|_| self.stores == SlotStores::Auto && self.own_cores)
+    }
+
+    /// Whether call number `seq` moving `bytes` bytes writes its slots
+    /// around the cache, and whether its time should be
+    /// [`observe`](Self::observe)d.
+    pub fn pick(&self, bytes: usize, seq: u64) -> (bool, bool) {
+        let Some(c) = self.learning(bytes) else {
+            return (self.stores == SlotStores::Around, false);
         };
         let cl = &self.classes[c];
         let early = cl.calls == 3 || cl.calls == 7;
         let probe = early || ((seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) & (cl.probe_every() - 1)) == 0;
-        (mode(cl.around != probe), true)
+        (cl.around != probe, true)
     }
 
-    /// Whether calls of `bytes` bytes are now written around the cache.
-    pub fn chosen(&self, bytes: usize) -> SlotStores {
-        mode(self.adapting && class(bytes).is_some_and(|c| self.classes[c].around))
+    /// Whether calls of `bytes` bytes are now written around the cache
+    /// (no probes: for calls not timed).
+    pub fn chosen(&self, bytes: usize) -> bool {
+        match self.learning(bytes) {
+            Some(c) => self.classes[c].around,
+            None => self.stores == SlotStores::Around,
+        }
     }
 
-    /// Adapts only when `on` (every rank has a core of its own); otherwise
-    /// every call writes through the cache.
-    pub fn set_adapting(&mut self, on: bool) {
-        self.adapting = on;
+    /// Whether every rank has a core of its own; where not, `auto` writes
+    /// through the cache.
+    pub fn set_own_cores(&mut self, on: bool) {
+        self.own_cores = on;
     }
 
-    /// Takes a call's time: `bytes` bytes with slots written as `how`, in
-    /// `nanos` ns.
-    pub fn observe(&mut self, bytes: usize, how: SlotStores, nanos: u64) {
+    /// Takes a call's time: `bytes` bytes with slots written `around` the
+    /// cache or not, in `nanos` ns.
+    pub fn observe(&mut self, bytes: usize, around: bool, nanos: u64) {
         let Some(c) = class(bytes) else {
             return;
         };
@@ -126,7 +137,6 @@ impl SlotChooser {
         if cl.calls <= WARM {
             return;
         }
-        let around = how == SlotStores::Around;
         let w = usize::from(around);
         cl.recent[w][cl.next[w]] = nanos as f32 / bytes as f32;
         cl.next[w] = (cl.next[w] + 1) % WINDOW;
@@ -154,11 +164,10 @@ mod tests {
         let bytes = 1 << 20;
         let mut streamed = 0;
         for seq in calls {
-            let (how, timed) = s.pick(bytes, seq);
+            let (a, timed) = s.pick(bytes, seq);
             assert!(timed);
-            let a = how == SlotStores::Around;
             streamed += u64::from(a);
-            s.observe(bytes, how, ((if a { around } else { through }) * bytes as f32) as u64);
+            s.observe(bytes, a, ((if a { around } else { through }) * bytes as f32) as u64);
         }
         streamed
     }
@@ -167,9 +176,9 @@ mod tests {
     fn small_calls_write_through_the_cache_untimed() {
         let s = SlotChooser::default();
         for seq in 0..100 {
-            assert_eq!(s.pick(ADAPT_MIN - 1, seq), (SlotStores::Cache, false));
+            assert_eq!(s.pick(ADAPT_MIN - 1, seq), (false, false));
         }
-        assert_eq!(s.chosen(8), SlotStores::Cache);
+        assert!(!s.chosen(8));
     }
 
     #[test]
@@ -177,28 +186,39 @@ mod tests {
         let mut s = SlotChooser::default();
         // a shared cache: 70 µs a MiB through it, 130 around it
         let streamed = run(&mut s, 0..1600, 0.067, 0.124);
-        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!(!s.chosen(1 << 20));
         assert!((10..50).contains(&streamed), "{streamed} probes in 1600 calls");
         // a slow phase: 600 µs through the cache; noticed within a few calls
         run(&mut s, 1600..1640, 0.57, 0.124);
-        assert_eq!(s.chosen(1 << 20), SlotStores::Around);
+        assert!(s.chosen(1 << 20));
         let streamed = run(&mut s, 1640..1800, 0.57, 0.124);
         assert!(streamed > 140, "{streamed} of 160");
         // other sizes learn on their own
-        assert_eq!(s.chosen(8 << 20), SlotStores::Cache);
+        assert!(!s.chosen(8 << 20));
         // and the fast phase again
         run(&mut s, 1800..2000, 0.067, 0.124);
-        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!(!s.chosen(1 << 20));
     }
 
     #[test]
     fn ranks_sharing_cores_write_through_the_cache() {
         let mut s = SlotChooser::default();
         run(&mut s, 0..100, 0.57, 0.124);
-        assert_eq!(s.chosen(1 << 20), SlotStores::Around);
-        s.set_adapting(false);
-        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
-        assert!((0..100).all(|seq| s.pick(1 << 20, seq) == (SlotStores::Cache, false)));
+        assert!(s.chosen(1 << 20));
+        s.set_own_cores(false);
+        assert!(!s.chosen(1 << 20));
+        assert!((0..100).all(|seq| s.pick(1 << 20, seq) == (false, false)));
+    }
+
+    #[test]
+    fn a_fixed_setting_is_kept_and_never_timed() {
+        for (stores, around) in [(SlotStores::Cache, false), (SlotStores::Around, true)] {
+            let s = SlotChooser::new(stores, true);
+            for bytes in [8, 1 << 20, 1 << 30] {
+                assert_eq!(s.chosen(bytes), around);
+                assert!((0..100).all(|seq| s.pick(bytes, seq) == (around, false)));
+            }
+        }
     }
 
     #[test]
@@ -206,11 +226,11 @@ mod tests {
         let mut s = SlotChooser::default();
         // connecting makes the first two calls slow whichever way they go
         for seq in 0..u64::from(WARM) {
-            let (how, _) = s.pick(1 << 20, seq);
-            s.observe(1 << 20, how, 1 << 30);
+            let (a, _) = s.pick(1 << 20, seq);
+            s.observe(1 << 20, a, 1 << 30);
         }
         run(&mut s, 2..400, 0.067, 0.124);
-        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!(!s.chosen(1 << 20));
         assert!(s.classes[2].cost(false) < 0.1, "{:?}", s.classes[2]);
     }
 
@@ -219,11 +239,11 @@ mod tests {
         let mut s = SlotChooser::default();
         run(&mut s, 0..200, 0.067, 0.124);
         // one call 30x slower (2 ms for 1 MiB), then fast again
-        let (how, _) = s.pick(1 << 20, 200);
-        assert_eq!(how, SlotStores::Cache);
-        s.observe(1 << 20, how, 2_000_000);
+        let (a, _) = s.pick(1 << 20, 200);
+        assert!(!a);
+        s.observe(1 << 20, a, 2_000_000);
         let streamed = run(&mut s, 201..400, 0.067, 0.124);
-        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!(!s.chosen(1 << 20));
         assert!(streamed < 15, "{streamed} streamed after one slow call");
     }
 
@@ -231,7 +251,7 @@ mod tests {
     fn a_small_difference_does_not_switch() {
         let mut s = SlotChooser::default();
         run(&mut s, 0..2000, 0.070, 0.067);
-        assert_eq!(s.chosen(1 << 20), SlotStores::Cache);
+        assert!(!s.chosen(1 << 20));
     }
 
     #[test]
@@ -242,8 +262,8 @@ mod tests {
         // on a superset of a's calls
         b.classes[0].around = true;
         for seq in 0..2000 {
-            let probe_a = a.pick(1 << 18, seq).0 == SlotStores::Around;
-            let probe_b = b.pick(1 << 18, seq).0 == SlotStores::Cache;
+            let probe_a = a.pick(1 << 18, seq).0;
+            let probe_b = !b.pick(1 << 18, seq).0;
             assert!(!probe_a || probe_b, "call {seq}");
             probes_a += u32::from(probe_a);
             probes_b += u32::from(probe_b);

@@ -17,7 +17,6 @@ pub use conns::Conns;
 pub use device::DevCall;
 
 use crate::algo::{Buf, Layout, Region, Schedule, Step};
-use crate::config::SlotStores;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::ReduceOp;
 use crate::Reduce;
@@ -80,8 +79,8 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     /// Whether data written into the output goes around the cache (see
     /// [`Plan::around_cache_from`]).
     around_cache: bool,
-    /// How slots are written ([`SlotStores`]).
-    slot_stores: SlotStores,
+    /// Whether slots are written around the cache ([`Plan::slots_around`]).
+    slots_around: bool,
     /// Boxed: host calls, the common case, move a smaller `Exec`.
     gpu: Option<Box<OnGpu>>,
     _op: PhantomData<O>,
@@ -147,8 +146,9 @@ pub struct Plan<'a> {
     /// stores that go around the cache ([`ccl_kernels::copy_around_cache`]):
     /// they would not stay in it, and ordinary stores first read every line.
     pub around_cache_from: usize,
-    /// How slots of shared memory are written ([`SlotStores`]).
-    pub slot_stores: SlotStores,
+    /// Whether every slot a step fills is written around the cache (as
+    /// `CCL_SLOT_STORES` and the group's measurements say); host steps only.
+    pub slots_around: bool,
 }
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
@@ -162,7 +162,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slot_stores } = plan;
+        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around } = plan;
         let layout = checked.layout;
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
@@ -199,7 +199,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             slot_elems,
             fp,
             around_cache,
-            slot_stores,
+            slots_around,
             gpu,
             _op: PhantomData,
         })
@@ -362,8 +362,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             self.gpu_step(st, src, dst, elems, io, conns)?;
             local
         } else {
-            let out_around = self.slot_stores == SlotStores::Around;
-            self.host_step(st, at, incoming, outgoing, n, out_around)
+            self.host_step(st, at, incoming, outgoing, n)
         };
         if let Some(si) = si {
             conns.send_at(si).post(n * size, &self.fp);
@@ -385,7 +384,6 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         incoming: Option<*const T>,
         outgoing: Option<*mut T>,
         n: usize,
-        out_around: bool,
     ) -> bool {
         // Why the slices below are sound: regions were validated against
         // their buffers in `new`, and fused operands are identical (the
@@ -408,53 +406,38 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let mem = |r: Region| unsafe { std::slice::from_raw_parts(self.ptr(r) as *const T, r.len) };
         // SAFETY: see above: a validated region, disjoint from every other live slice.
         let mem_mut = |r: Region| unsafe { std::slice::from_raw_parts_mut(self.ptr(r), r.len) };
-        // a write into a large output goes around the cache
+        // writes into a large output, and into slots when so asked, go
+        // around the cache
         let around = |d: Region| self.around_cache && d.buf == Buf::Output;
-        let put = |d: Region, src: &[T]| {
-            if around(d) {
-                ccl_kernels::copy_around_cache(mem_mut(d), src)
-            } else {
-                mem_mut(d).copy_from_slice(src)
-            }
-        };
-        // and a write into a slot as CCL_SLOT_STORES says
-        let send = |o: &mut [T], src: &[T]| {
-            if out_around {
-                ccl_kernels::copy_around_cache(o, src)
-            } else {
-                o.copy_from_slice(src)
-            }
-        };
+        let put = |d: Region, src: &[T]| store(around(d), mem_mut(d), src);
+        let to_slot = self.slots_around;
         let mut local = false;
         match st {
-            Step::Send { src, .. } => send(slot_out, mem(at(src))),
+            Step::Send { src, .. } => store(to_slot, slot_out, mem(at(src))),
             Step::Recv { dst, .. } => put(at(dst), slot_in),
             Step::RecvReduce { src, dst, .. } => {
                 let (s, d) = (at(src), at(dst));
                 if s == d {
                     O::reduce_into(mem_mut(d), slot_in);
-                } else if around(d) {
-                    reduce3_around_cache::<T, O>(mem_mut(d), mem(s), slot_in);
                 } else {
-                    O::reduce3(mem_mut(d), mem(s), slot_in);
+                    reduce3::<T, O>(around(d), mem_mut(d), mem(s), slot_in);
                 }
             }
-            Step::RecvReduceSend { src, .. } if out_around => {
-                reduce3_around_cache::<T, O>(slot_out, mem(at(src)), slot_in)
-            }
-            Step::RecvReduceSend { src, .. } => O::reduce3(slot_out, mem(at(src)), slot_in),
+            Step::RecvReduceSend { src, .. } => reduce3::<T, O>(to_slot, slot_out, mem(at(src)), slot_in),
             Step::RecvReduceCopySend { src, dst, .. } => {
+                // the output through the cache even when large: the copy
+                // into the slot reads it straight back
                 let (s, d) = (at(src), at(dst));
                 if s == d {
                     O::reduce_into(mem_mut(d), slot_in);
                 } else {
                     O::reduce3(mem_mut(d), mem(s), slot_in);
                 }
-                send(slot_out, mem(d));
+                store(to_slot, slot_out, mem(d));
             }
             Step::RecvCopySend { dst, .. } => {
                 put(at(dst), slot_in);
-                send(slot_out, slot_in);
+                store(to_slot, slot_out, slot_in);
             }
             Step::Copy { src, dst } => {
                 let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
@@ -470,6 +453,24 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         }
         local
+    }
+}
+
+/// `dst = src`, written `around` the cache or through it.
+fn store<T: Copy>(around: bool, dst: &mut [T], src: &[T]) {
+    if around {
+        ccl_kernels::copy_around_cache(dst, src)
+    } else {
+        dst.copy_from_slice(src)
+    }
+}
+
+/// `dst = a ⊕ b`, written `around` the cache or through it.
+fn reduce3<T: Reduce, O: ReduceOp<T>>(around: bool, dst: &mut [T], a: &[T], b: &[T]) {
+    if around {
+        reduce3_around_cache::<T, O>(dst, a, b)
+    } else {
+        O::reduce3(dst, a, b)
     }
 }
 
