@@ -172,14 +172,13 @@ fn root_piece(ch: &mut Vec<Step>, kids: &[usize], c: &Range<usize>, src: Buf, ou
     match kids {
         [] => ch.push(Step::Copy { src: s, dst: o }),
         &[k0] => ch.push(Step::RecvReduceCopySend { from: k0, to: k0, src: s, dst: o }),
-        &[k0, ref rest @ ..] => {
+        &[k0, ref middle @ .., last] => {
             ch.push(Step::RecvReduce { from: k0, src: s, dst: o });
-            let (&last, middle) = rest.split_last().unwrap_or((&k0, &[]));
             for &kid in middle {
                 ch.push(Step::RecvReduce { from: kid, src: o, dst: o });
             }
             ch.push(Step::RecvReduceCopySend { from: last, to: k0, src: o, dst: o });
-            for &kid in rest {
+            for &kid in middle.iter().chain([&last]) {
                 ch.push(Step::Send { to: kid, src: o });
             }
         }
