@@ -126,3 +126,51 @@ fn automatic_slot_stores_keep_results_exact_while_probing() {
         }
     }
 }
+
+#[test]
+fn repeated_calls_on_new_buffers_are_exact() {
+    // A blocking call with the shape and types of the one before reuses its
+    // executor (connections, scratch, channel state), pointed at the new
+    // buffers. Every call here gets buffers of its own, in place and not,
+    // with calls of another shape and type in between, and must be exact.
+    use ccl::{Max, Sum};
+    use common::{compare, input, reference};
+    let seed = seed();
+    for algo in [Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::TreeRing] {
+        for n in [2, 3, 4] {
+            let job = LocalJob::new(n).config(config(Some(algo), 1)).hosts(&host_sizes(n));
+            let results = job.run(|g| {
+                let (c, c64) = (g.typed::<f32>(), g.typed::<f64>());
+                let me = g.rank();
+                for call in 0..12u64 {
+                    let len = 700;
+                    let inputs: Vec<Vec<f32>> = (0..n).map(|r| input(seed, call, r, len, true)).collect();
+                    let want = reference::<f32, Sum>(&inputs);
+                    let mut out = vec![f32::NAN; len];
+                    c.all_reduce_into(&inputs[me], &mut out, Sum).map_err(|e| e.to_string())?;
+                    compare(&format!("{algo:?} call {call} out of place"), &out, &want, n)?;
+                    // the same shape again, then once more in place
+                    let mut again = vec![f32::NAN; len];
+                    c.all_reduce_into(&inputs[me], &mut again, Sum).map_err(|e| e.to_string())?;
+                    compare(&format!("{algo:?} call {call} repeated"), &again, &want, n)?;
+                    let mut v = inputs[me].clone();
+                    c.all_reduce(&mut v, Sum).map_err(|e| e.to_string())?;
+                    compare(&format!("{algo:?} call {call} in place"), &v, &want, n)?;
+                    if call % 3 == 2 {
+                        // another type, operator and size in between
+                        let other: Vec<Vec<f64>> = (0..n).map(|r| input(seed, 100 + call, r, 33, false)).collect();
+                        let mut w = other[me].clone();
+                        c64.all_reduce(&mut w, Max).map_err(|e| e.to_string())?;
+                        compare(&format!("{algo:?} call {call} f64 max"), &w, &reference::<f64, Max>(&other), n)?;
+                    }
+                }
+                Ok::<(), String>(())
+            });
+            for (rank, r) in results.into_iter().enumerate() {
+                if let Err(e) = r {
+                    panic!("{n} ranks, rank {rank}: {e} (seed {seed})");
+                }
+            }
+        }
+    }
+}

@@ -50,6 +50,11 @@ pub fn install_dump_on_sigusr1() {
 /// Idle spins between two reads of the clock while waiting.
 const CLOCK_EVERY: u32 = 16;
 
+/// Idle passes a blocking call with nothing queued ahead of it makes on
+/// itself alone before it joins the queue's general wait (at most the
+/// engine's spin budget, so ranks sharing cores still yield soon).
+const SOLO_PASSES: u32 = 256;
+
 /// A call the engine can drive.
 pub(crate) trait Pending: Send {
     fn advance(&mut self, conns: &mut Conns) -> Result<bool>;
@@ -226,16 +231,26 @@ impl Engine {
         timeout: Duration,
     ) -> Result<()> {
         if self.queue.is_empty() {
-            // nothing queued ahead of it: one pass first, which finishes a
-            // call whose peers are ahead (or that has none) without queueing
+            // nothing queued ahead of it: a few passes on this call alone
+            // first, which finish a call whose peers are ahead or close
+            // behind (or that has none) without queueing it, and react to
+            // a peer's slot sooner than the general loop would
             self.check_usable()?;
-            match op.advance(&mut self.conns) {
-                Ok(_) if op.done() => return op.complete().map_err(|e| e.in_call(name, seq).at_rank(self.rank)),
-                Ok(_) => {}
-                Err(e) => {
-                    let id = self.enqueue(OpRef::Borrowed(NonNull::from(op)), name, seq, timeout)?;
-                    self.fail(self.queue.len() - 1, e);
-                    return self.take(id).unwrap_or_else(|| Err(Error::internal("a failed call left no result")));
+            let passes = self.spins.min(SOLO_PASSES);
+            let mut pass = 0;
+            loop {
+                let step = self.conns.flush().and_then(|()| op.advance(&mut self.conns));
+                match step {
+                    Ok(_) if op.done() => return op.complete().map_err(|e| e.in_call(name, seq).at_rank(self.rank)),
+                    Ok(moved) => pass = if moved { 0 } else { pass + 1 },
+                    Err(e) => {
+                        let id = self.enqueue(OpRef::Borrowed(NonNull::from(op)), name, seq, timeout)?;
+                        self.fail(self.queue.len() - 1, e);
+                        return self.take(id).unwrap_or_else(|| Err(Error::internal("a failed call left no result")));
+                    }
+                }
+                if pass >= passes || self.aborted.load(Ordering::Relaxed) {
+                    break;
                 }
             }
         }

@@ -42,6 +42,10 @@ struct Plans {
     last: Option<(CallKey, u64, tune::Choice, Arc<Checked>)>,
     /// How large calls write their slots under `CCL_SLOT_STORES=auto`.
     stores: SlotChooser,
+    /// The last blocking host call (a `CallOp<T, O>`), kept to run the
+    /// next call of the same plan and types without setting up again; its
+    /// scratch is kept with it.
+    kept: Option<Box<dyn std::any::Any + Send>>,
 }
 
 /// Schedules kept per group before the cache starts over.
@@ -324,17 +328,37 @@ impl Group {
             eng.check_usable()?;
             let (around, timed) = plans.stores.pick(call.bytes(), seq);
             // a device call's slots are written by the GPU: nothing to learn
-            let timed = timed && call.device.is_none();
+            let on_host = call.device.is_none();
+            let timed = timed && on_host;
+            let mut kept = plans.kept.take().and_then(|k| k.downcast::<CallOp<T, O>>().ok());
             let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, around)?;
             // SAFETY: forwarded; `run` returns only once the call has
             // finished or failed and left the queue, before the borrow ends.
-            let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
-            let mut op = CallOp { exec, finish_ranks, on_done: None };
+            let reused = kept.as_mut().is_some_and(|k| unsafe { k.exec.reuse(&plan, call.input, call.output) });
+            let mut op = match kept {
+                Some(k) if reused => k,
+                _ => {
+                    // SAFETY: as for `reuse` above.
+                    let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
+                    let op = CallOp { exec, finish_ranks, on_done: None };
+                    match kept {
+                        Some(mut k) => {
+                            *k = op;
+                            k
+                        }
+                        None => Box::new(op),
+                    }
+                }
+            };
             let started = timed.then(std::time::Instant::now);
-            eng.run(&mut op, call.coll.name(), seq, timeout)?;
+            eng.run(&mut *op, call.coll.name(), seq, timeout)?;
             if let Some(t0) = started {
                 let nanos = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 plans.stores.observe(call.bytes(), around, nanos);
+            }
+            // a device call keeps nothing on its GPU past the call
+            if on_host {
+                plans.kept = Some(op);
             }
             Ok(())
         })

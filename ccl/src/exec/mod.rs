@@ -187,8 +187,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
         let input = if layout.in_place.is_some() { output as *const T } else { input };
         let fp = fp.words();
-        let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(size);
-        let around_cache = gpu.is_none() && around_cache_from > 0 && out_bytes >= around_cache_from;
+        let around_cache = gpu.is_none() && Self::output_around_cache(&layout, around_cache_from);
         Ok(Exec {
             layout,
             input,
@@ -203,6 +202,37 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             gpu,
             _op: PhantomData,
         })
+    }
+
+    /// Whether a host call's output of `layout` is large enough to be
+    /// written around the cache ([`Plan::around_cache_from`]).
+    fn output_around_cache(layout: &Layout, from: usize) -> bool {
+        let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(std::mem::size_of::<T>());
+        from > 0 && out_bytes >= from
+    }
+
+    /// Makes this call, once it has finished or before it starts, the next
+    /// call of the same plan on other buffers, as [`new`](Self::new) would
+    /// make it, keeping its connections and scratch (a repeated small call
+    /// then costs no allocation or setup). `false`, and nothing changed,
+    /// when `plan` is not the plan this call runs (another schedule or slot
+    /// size) or either is a device call.
+    ///
+    /// # Safety
+    ///
+    /// As [`new`](Self::new), for the new buffers.
+    pub unsafe fn reuse(&mut self, plan: &Plan<'_>, input: *const T, output: *mut T) -> bool {
+        let same_wiring = plan.checked.wiring.get().is_some_and(|w| Arc::ptr_eq(w, &self.wiring));
+        if !same_wiring || plan.slot_elems != self.slot_elems || plan.device.is_some() || self.gpu.is_some() {
+            return false;
+        }
+        self.input = if self.layout.in_place.is_some() { output as *const T } else { input };
+        self.output = output;
+        self.fp = plan.fp.words();
+        self.around_cache = Self::output_around_cache(&self.layout, plan.around_cache_from);
+        self.slots_around = plan.slots_around;
+        self.pcs.iter_mut().for_each(|pc| *pc = (0, 0));
+        true
     }
 
     /// Whether every channel has finished.
