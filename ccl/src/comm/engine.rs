@@ -11,7 +11,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{Conns, Exec};
 use crate::op::ReduceOp;
-use crate::transport::doorbell::Backoff;
+use crate::transport::doorbell::{Backoff, SPINS_DEDICATED};
 use crate::Reduce;
 use rustc_hash::FxHashSet as HashSet;
 use std::ptr::NonNull;
@@ -51,8 +51,9 @@ pub fn install_dump_on_sigusr1() {
 const CLOCK_EVERY: u32 = 16;
 
 /// Idle passes a blocking call with nothing queued ahead of it makes on
-/// itself alone before it joins the queue's general wait (at most the
-/// engine's spin budget, so ranks sharing cores still yield soon).
+/// itself alone before it joins the queue's general wait, when the rank
+/// has a core of its own (sharing one, it makes one: the rank that would
+/// make progress may need the core).
 const SOLO_PASSES: u32 = 256;
 
 /// A call the engine can drive.
@@ -236,7 +237,7 @@ impl Engine {
             // behind (or that has none) without queueing it, and react to
             // a peer's slot sooner than the general loop would
             self.check_usable()?;
-            let passes = self.spins.min(SOLO_PASSES);
+            let passes = if self.spins >= SPINS_DEDICATED { SOLO_PASSES } else { 1 };
             let mut pass = 0;
             loop {
                 let step = self.conns.flush().and_then(|()| op.advance(&mut self.conns));
