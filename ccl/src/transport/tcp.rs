@@ -20,7 +20,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind as IoKind, Read, Write};
+use std::io::{ErrorKind as IoKind, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -319,7 +319,10 @@ impl TcpSend {
         for s in &mut self.socks {
             while let Some(&(slot, len, fp, check)) = s.queue.front() {
                 let r = if s.off < HEADER {
-                    s.stream.write(&header(len, &fp, check)[s.off..])
+                    // header and payload in one call: one segment, not two
+                    let h = header(len, &fp, check);
+                    let data: &[u8] = if slot == NO_SLOT { &[] } else { self.slots.bytes(slot, len) };
+                    s.stream.write_vectored(&[IoSlice::new(&h[s.off..]), IoSlice::new(data)])
                 } else {
                     let data = self.slots.bytes(slot, len);
                     s.stream.write(&data[s.off - HEADER..])
