@@ -15,7 +15,7 @@
 //! ```
 
 use crate::comm::Group;
-use crate::config::{Config, NSLOTS};
+use crate::config::Config;
 use crate::topo::Hosts;
 use crate::transport::local::Fabric;
 use crate::transport::{Registry, Transport};
@@ -59,7 +59,8 @@ impl LocalJob {
     /// If the host layout does not cover exactly `n` ranks, or a rank panics.
     pub fn run<R: Send>(&self, f: impl Fn(Group) -> R + Sync) -> Vec<R> {
         assert_eq!(self.hosts.nranks(), self.n, "host layout must cover every rank");
-        let fabric = Fabric::new(self.n, NSLOTS, self.config.slot_bytes());
+        let (nslots, slot_bytes) = self.config.slots_on(&self.hosts);
+        let fabric = Fabric::new(self.n, nslots, slot_bytes);
         let endpoints: Arc<[usize]> = (0..self.n).collect();
         let outcomes: Vec<std::thread::Result<R>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..self.n)

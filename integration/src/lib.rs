@@ -21,7 +21,7 @@ pub fn cclrun() -> PathBuf {
 pub fn every_rank_passes(np: usize, extra: &[&str], matrix: &[&str], done: &str) {
     let np_s = np.to_string();
     let o = std::process::Command::new(cclrun())
-        .args(["-np", &np_s, "-x", "CCL_BUFFSIZE=4096", "-x", "CCL_TIMEOUT=120"])
+        .args(["-np", &np_s, "-x", "CCL_BUFFSIZE=16384", "-x", "CCL_TIMEOUT=120"])
         .args(extra)
         .args(matrix)
         .output()

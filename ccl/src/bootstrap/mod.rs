@@ -19,7 +19,7 @@ pub use launch::LaunchEnv;
 pub use rendezvous::{join, PeerInfo, Rendezvous};
 
 use crate::comm::Group;
-use crate::config::{Config, NSLOTS};
+use crate::config::{Config, NSLOTS, TCP_NSLOTS};
 use crate::error::{Error, Result};
 use crate::topo::Hosts;
 use crate::transport::local::Fabric;
@@ -87,8 +87,8 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         listener,
         peers,
         config.sockets_per_peer,
-        NSLOTS,
-        config.slot_bytes(),
+        TCP_NSLOTS,
+        config.tcp_slot_bytes(),
         config.checksum,
     );
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?;

@@ -17,7 +17,7 @@ mod rules;
 pub use rules::Rules;
 
 use crate::algo::{Algo, Coll};
-use crate::config::{Config, LogLevel, NSLOTS};
+use crate::config::{Config, LogLevel};
 use crate::sim::{simulate, Model};
 use crate::topo::Hosts;
 use rustc_hash::FxHashMap as HashMap;
@@ -110,8 +110,9 @@ impl Tuner {
     /// The choice for `coll` moving `count` elements of `elem_size` bytes.
     pub fn choose(&self, coll: Coll, count: usize, elem_size: usize, hosts: &Hosts, cfg: &Config) -> Choice {
         let elem = elem_size.max(1);
-        let slot_elems = (cfg.slot_bytes() / elem).max(1);
-        let max_chunk = slot_elems * NSLOTS / 2;
+        let (nslots, slot_bytes) = cfg.slots_on(hosts);
+        let slot_elems = (slot_bytes / elem).max(1);
+        let max_chunk = slot_elems * nslots / 2;
         let chunk = match cfg.chunksize {
             0 => max_chunk,
             b => (b / elem).clamp(1, max_chunk),
@@ -249,7 +250,11 @@ mod tests {
         assert_eq!(t.choose(Coll::AllReduce, 1 << 18, 4, &h, &cfg).algo, Algo::Tree);
         assert_eq!(t.choose(Coll::AllGather, 1 << 18, 4, &h, &cfg).algo, Algo::Ring);
         let c = t.choose(Coll::AllReduce, 1 << 18, 4, &h, &Config { chunksize: 1 << 30, ..Config::default() });
-        assert_eq!(c.chunk, c.slot_elems * NSLOTS / 2);
+        assert_eq!(c.chunk, c.slot_elems * crate::config::NSLOTS / 2);
+        // one rank per host: every connection is TCP, with fewer, larger slots
+        let c = t.choose(Coll::AllReduce, 1 << 18, 4, &Hosts::blocks(&[1; 4]), &Config::default());
+        assert_eq!(c.slot_elems * 4, Config::default().tcp_slot_bytes());
+        assert_eq!(c.chunk, c.slot_elems * crate::config::TCP_NSLOTS / 2);
     }
 
     #[test]
