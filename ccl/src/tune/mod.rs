@@ -177,7 +177,7 @@ impl Tuner {
 }
 
 /// Predictions this close to the fastest (a fraction of it) are ties: the
-/// model cannot tell them apart (its fit is within 25 % at best), and a tie
+/// model, fitted to within 25 % of measured times, cannot rank them; a tie
 /// goes to the algorithm listed first for the collective (ring before the
 /// others). On 2 ranks the double tree and ring move the same bytes; the
 /// model put tree 0.5 % ahead at 2 MiB, measured it was 5-20 % behind.
