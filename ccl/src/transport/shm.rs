@@ -64,11 +64,14 @@ impl Drop for BellMap {
     }
 }
 
+/// Maps `f` with every page in place (MAP_POPULATE): a connection's first
+/// call pays for its memory at once, instead of its first 32 calls each
+/// faulting in a fresh slot's pages.
 fn map_file(f: &File) -> Result<MmapMut> {
     // SAFETY: the file is a shm object of this job that only ccl processes
     // map; all concurrent access goes through atomics or through FIFO slots
     // owned by one side at a time (see fifo.rs).
-    unsafe { MmapMut::map_mut(f) }.map_err(|e| Error::transport(format!("mmap: {e}")))
+    unsafe { memmap2::MmapOptions::new().populate().map_mut(f) }.map_err(|e| Error::transport(format!("mmap: {e}")))
 }
 
 /// One process's shared-memory transport.
