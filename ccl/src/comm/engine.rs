@@ -11,7 +11,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{Conns, Exec};
 use crate::op::ReduceOp;
-use crate::transport::doorbell::{Backoff, SPINS_DEDICATED};
+use crate::transport::doorbell::Backoff;
 use crate::Reduce;
 use rustc_hash::FxHashSet as HashSet;
 use std::ptr::NonNull;
@@ -168,22 +168,24 @@ pub(crate) struct Engine {
     detached: HashSet<u64>,
     next: u64,
     broken: Option<String>,
-    spins: u32,
+    /// Whether this rank has a core of its own (it then spins longer and
+    /// polls a lone call itself before queueing it).
+    own_core: bool,
     aborted: Arc<AtomicBool>,
     dumps_seen: u32,
     chatty: bool,
 }
 
 impl Engine {
-    /// Re-polls `spins` times before yielding from now on.
-    pub fn set_spins(&mut self, spins: u32) {
-        self.spins = spins;
+    /// Waits from now on as a rank with a core of its own, or not.
+    pub fn set_own_core(&mut self, own_core: bool) {
+        self.own_core = own_core;
     }
 
-    /// An engine re-polling `spins` times before it yields (see
-    /// [`Backoff::spins_for`]); `aborted` set from anywhere fails its calls;
+    /// An engine of a rank with a core of its own (`own_core`) or sharing
+    /// one (see [`Backoff::new`]); `aborted` set from anywhere fails its calls;
     /// `chatty` prints a "still waiting" line every 10 s of a stuck call.
-    pub fn new(conns: Conns, rank: usize, spins: u32, aborted: Arc<AtomicBool>, chatty: bool) -> Self {
+    pub fn new(conns: Conns, rank: usize, own_core: bool, aborted: Arc<AtomicBool>, chatty: bool) -> Self {
         Engine {
             conns,
             rank,
@@ -192,7 +194,7 @@ impl Engine {
             detached: HashSet::default(),
             next: 0,
             broken: None,
-            spins,
+            own_core,
             aborted,
             dumps_seen: DUMP_REQUESTS.load(Ordering::Relaxed),
             chatty,
@@ -237,7 +239,7 @@ impl Engine {
             // behind (or that has none) without queueing it, and react to
             // a peer's slot sooner than the general loop would
             self.check_usable()?;
-            let passes = if self.spins >= SPINS_DEDICATED { SOLO_PASSES } else { 1 };
+            let passes = if self.own_core { SOLO_PASSES } else { 1 };
             let mut pass = 0;
             loop {
                 let step = self.conns.flush().and_then(|()| op.advance(&mut self.conns));
@@ -366,7 +368,7 @@ impl Engine {
 
     /// Drives the queue until call `id` has finished; its result.
     pub fn wait(&mut self, id: u64) -> Result<()> {
-        let mut backoff = Backoff::with_spins(self.spins);
+        let mut backoff = Backoff::new(self.own_core);
         // The clock is read only once the call has been idle a while (every
         // CLOCK_EVERY spins, and before every yield or sleep): a call that
         // completes while spinning never pays for it.
@@ -476,7 +478,7 @@ mod tests {
         let ep: Arc<dyn Transport> = Arc::new(fabric.endpoint(0));
         let reg = Arc::new(Registry::new(vec![ep]).expect("registry"));
         let conns = Conns::new(reg, 0, 0, Arc::from([0usize]), 4096);
-        Engine::new(conns, 0, 16, Arc::new(AtomicBool::new(false)), false)
+        Engine::new(conns, 0, false, Arc::new(AtomicBool::new(false)), false)
     }
 
     /// A call that needs `passes` passes, fails on pass `fail_at`, or

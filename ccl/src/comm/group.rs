@@ -14,7 +14,6 @@ use crate::exec::{Checked, Conns, DevCall, Exec, Plan};
 use crate::gpu::{Kernels, Stream};
 use crate::op::ReduceOp;
 use crate::topo::Hosts;
-use crate::transport::doorbell::Backoff;
 use crate::transport::Registry;
 use crate::{tune, BitOr, Reduce};
 use rustc_hash::FxHashMap as HashMap;
@@ -133,11 +132,12 @@ impl Group {
         let conns = Conns::new(Arc::clone(&registry), id, rank, Arc::clone(&endpoints), slot_bytes);
         let local = hosts.groups().iter().find(|g| g.contains(&rank)).map_or(1, Vec::len);
         let cores = crate::topo::host_cpus();
+        let own_core = local <= cores;
         let aborted = Arc::new(AtomicBool::new(false));
         let chatty = config.debug >= crate::config::LogLevel::Info;
-        let engine = Engine::new(conns, rank, Backoff::spins_for(local, cores), Arc::clone(&aborted), chatty);
+        let engine = Engine::new(conns, rank, own_core, Arc::clone(&aborted), chatty);
         let rules = if config.tune_file.is_empty() { None } else { Some(tune::Rules::load(&config.tune_file)?) };
-        let plans = Plans { stores: SlotChooser::new(config.slot_stores, local <= cores), ..Plans::default() };
+        let plans = Plans { stores: SlotChooser::new(config.slot_stores, own_core), ..Plans::default() };
         let inner = Inner {
             rank,
             size,
@@ -165,10 +165,10 @@ impl Group {
     /// them separate hosts: it then spins only as long as fits, and writes
     /// slots through the cache unless every rank has a core.
     pub(crate) fn share_cores_with(&self, ranks: usize) {
-        let cores = crate::topo::host_cpus();
+        let own_core = ranks <= crate::topo::host_cpus();
         if let Ok(mut s) = self.inner.state.lock() {
-            s.engine.set_spins(Backoff::spins_for(ranks, cores));
-            s.plans.stores.set_own_cores(ranks <= cores);
+            s.engine.set_own_core(own_core);
+            s.plans.stores.set_own_cores(own_core);
         }
     }
 

@@ -101,30 +101,17 @@ pub struct Backoff {
 const SPINS: u32 = 64;
 /// Re-polls before yielding when every rank of the host has its own core:
 /// long enough to cover a peer's turnaround without a futex round trip.
-pub const SPINS_DEDICATED: u32 = 2048;
+const SPINS_DEDICATED: u32 = 2048;
 /// Yields before sleeping.
 const YIELDS: u32 = 8;
 /// Longest single sleep: bounds how late a deadline or abort is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 
 impl Backoff {
-    /// A fresh backoff (spinning first) for ranks that share cores.
-    pub fn new() -> Self {
-        Backoff { step: 0, spins: SPINS }
-    }
-
-    /// A fresh backoff that re-polls `spins` times before yielding.
-    pub fn with_spins(spins: u32) -> Self {
-        Backoff { step: 0, spins }
-    }
-
-    /// The spin budget for `local_ranks` ranks on a host with `cores` cores.
-    pub fn spins_for(local_ranks: usize, cores: usize) -> u32 {
-        if local_ranks <= cores {
-            SPINS_DEDICATED
-        } else {
-            SPINS
-        }
+    /// A fresh backoff (spinning first) for a rank with a core of its own
+    /// (`own_core`) or one sharing cores with other ranks.
+    pub fn new(own_core: bool) -> Self {
+        Backoff { step: 0, spins: if own_core { SPINS_DEDICATED } else { SPINS } }
     }
 
     /// Progress was made: start again from spinning.
@@ -155,12 +142,6 @@ impl Backoff {
             let left = deadline().saturating_duration_since(Instant::now());
             sleep(left.min(MAX_SLEEP));
         }
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
