@@ -185,7 +185,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         };
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
-        let input = if layout.in_place.is_some() { output as *const T } else { input };
+        let input = Self::input_of(&layout, input, output);
         let fp = fp.words();
         let around_cache = gpu.is_none() && Self::output_around_cache(&layout, around_cache_from);
         Ok(Exec {
@@ -202,6 +202,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             gpu,
             _op: PhantomData,
         })
+    }
+
+    /// Where a call of `layout` reads its input: the output, in place.
+    fn input_of(layout: &Layout, input: *const T, output: *mut T) -> *const T {
+        if layout.in_place.is_some() {
+            output as *const T
+        } else {
+            input
+        }
     }
 
     /// Whether a host call's output of `layout` is large enough to be
@@ -226,7 +235,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         if !same_wiring || plan.slot_elems != self.slot_elems || plan.device.is_some() || self.gpu.is_some() {
             return false;
         }
-        self.input = if self.layout.in_place.is_some() { output as *const T } else { input };
+        self.input = Self::input_of(&self.layout, input, output);
         self.output = output;
         self.fp = plan.fp.words();
         self.around_cache = Self::output_around_cache(&self.layout, plan.around_cache_from);
