@@ -237,7 +237,10 @@ impl Config {
     /// Slots per connection, and bytes per slot, of a group on `hosts`:
     /// TCP's where every connection is TCP (one rank per host, or shared
     /// memory disabled), else memory's (which the TCP connections of such a
-    /// group then use too). Every rank of a group computes the same.
+    /// group then use too). Every rank of a group computes the same: this
+    /// follows the rule by which the shared-memory transport takes a pair
+    /// (enabled, same host), from what every rank knows, rather than asking
+    /// this rank's transports, which see only its own peers.
     pub fn slots_on(&self, hosts: &crate::topo::Hosts) -> (usize, usize) {
         if self.shm_disable || hosts.groups().iter().all(|g| g.len() <= 1) {
             (TCP_NSLOTS, self.tcp_slot_bytes())
