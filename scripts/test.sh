@@ -3,8 +3,9 @@
 # schedule proofs for 1..64 ranks, proptest, thread-rank collectives,
 # compile-fail, processes through cclrun, the fault suite, examples, doc
 # tests, hosts in network namespaces over SSH, mpirun), the MPI bootstrap
-# (feature `mpi`), the CUDA kernels compiled by NVRTC (feature `cuda`,
-# NVRTC from PyPI into .cache/cuda), then every fuzz target for CCL_FUZZ_SECONDS (default 30;
+# (feature `mpi`), ccl-perf's Gloo backend (feature `gloo`), the CUDA
+# kernels compiled by NVRTC (feature `cuda`, NVRTC from PyPI into
+# .cache/cuda), then every fuzz target for CCL_FUZZ_SECONDS (default 30;
 # 0 skips). Installs missing Debian packages first (scripts/deps.sh).
 # Tests that need root (namespaces) or mpirun skip without them; run as
 # root (as CI does) they are required (CCL_TEST_REQUIRE_ALL=1, unless set).
@@ -17,11 +18,14 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 scripts/deps.sh test
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -q -- -D warnings
-cargo clippy -p ccl-integration -p ccl-examples --all-targets --features ccl-integration/mpi,ccl-examples/mpi -q -- -D warnings
+cargo clippy -p ccl-integration -p ccl-examples --all-targets --features ccl-integration/mpi,ccl-examples/mpi,ccl-integration/gloo,ccl-examples/gloo -q -- -D warnings
 cargo test --workspace
 # ccl-perf with --backend mpi, then the MPI bootstrap and backend tests
 cargo build -p ccl-examples --features mpi --bin ccl-perf
 cargo test -p ccl-integration --features mpi --test mpi_feature
+# ccl-perf with --backend gloo (Debian's libgloo-dev), then its test
+cargo build -p ccl-examples --features gloo --bin ccl-perf
+cargo test -p ccl-integration --features gloo --test gloo_feature
 # the CUDA kernels, and the kernels of derived structs, through NVRTC for
 # sm_80 and sm_90 (no GPU needed); the GPU path's host side on emulated GPUs
 # runs in `cargo test --workspace` above

@@ -7,6 +7,8 @@
 //! and reduce), and #wrong: elements that differ from the exactly
 //! predictable result of a checked call. Times are the slowest rank's.
 
+#[cfg(feature = "gloo")]
+mod gloo;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod socket;
@@ -62,7 +64,9 @@ struct Args {
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
     /// What to measure: ccl; mpi (the same sweep through MPI under mpirun; needs feature mpi);
-    /// socket (raw TCP between ranks 0 and 1, the yardstick for ccl's TCP transport)
+    /// socket (raw TCP between ranks 0 and 1, the yardstick for ccl's TCP transport);
+    /// gloo (Gloo's all-reduce, --algo ring_chunked|halving_doubling|ring|bcube, under cclrun on
+    /// one host; needs feature gloo)
     #[arg(long, default_value = "ccl")]
     backend: String,
     /// Where the buffers live: host; cuda (GPU local_rank % GPUs; needs feature cuda);
@@ -401,8 +405,15 @@ fn main() -> ccl::Result<()> {
             eprintln!("ccl-perf: --backend mpi needs a build with `--features mpi`");
             std::process::exit(2);
         }
+        #[cfg(feature = "gloo")]
+        "gloo" => std::process::exit(gloo::run(&a, coll)),
+        #[cfg(not(feature = "gloo"))]
+        "gloo" => {
+            eprintln!("ccl-perf: --backend gloo needs a build with `--features gloo` (and libgloo-dev)");
+            std::process::exit(2);
+        }
         b => {
-            eprintln!("ccl-perf: unknown backend {b:?} (ccl, mpi, socket)");
+            eprintln!("ccl-perf: unknown backend {b:?} (ccl, mpi, socket, gloo)");
             std::process::exit(2);
         }
     }
