@@ -148,8 +148,9 @@ impl Drop for AllReduce<'_> {
     }
 }
 
+/// Rank `r`'s value at position `i`, as the ccl backend's.
 fn value(r: usize, i: usize) -> f32 {
-    ((r * 7 + i * 13) % 11) as f32
+    super::value(r, i, false)
 }
 
 /// Runs the sweep; the process exit code.
@@ -208,17 +209,15 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
         );
         table::header();
     }
-    let (mut size, mut wrong_total) = (a.min.max(4), 0u64);
-    let (mut bw_sum, mut bw_n) = (0.0, 0);
+    let mut size = a.min.max(4);
+    let mut totals = table::Totals::default();
     while size <= a.max.max(4) {
         let count = size / 4;
         let bytes = count * 4;
-        let mut buf: Vec<f32> = (0..count).map(|i| value(r, i)).collect();
+        let mut buf = vec![0f32; count];
         let mut modes = Vec::new();
-        for first in [true, false] {
-            if !first {
-                buf.iter_mut().enumerate().for_each(|(i, x)| *x = value(r, i));
-            }
+        for _ in 0..2 {
+            buf.iter_mut().enumerate().for_each(|(i, x)| *x = value(r, i));
             let call = AllReduce::new(&ctx, &mut buf, which)?;
             call.run()?;
             drop(call);
@@ -241,9 +240,7 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
         if r == 0 {
             table::row(bytes, count, "float", "sum", -1, &modes[0], &modes[1]);
         }
-        bw_sum += modes[0].busbw + modes[1].busbw;
-        bw_n += 2;
-        wrong_total += modes[0].wrong + modes[1].wrong;
+        totals.add(&modes[0], &modes[1]);
         if a.factor < 2 {
             break;
         }
@@ -251,8 +248,7 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
     }
     ctx.barrier()?;
     if r == 0 {
-        println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
-        println!("# Avg bus bandwidth    : {:.4}", bw_sum / bw_n.max(1) as f64);
+        totals.footer();
         // every rank has connected (the barrier above): the store is done
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -261,5 +257,5 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
     // leaves this second barrier before every rank has finished the first,
     // so every call that mattered has ended: what this one says is moot.
     let _ = ctx.barrier();
-    Ok(wrong_total)
+    Ok(totals.wrong)
 }

@@ -298,7 +298,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         }
         let mut rows = Vec::new();
         let mut size = self.a.min.max(unit);
-        let (mut bw_sum, mut bw_n, mut wrong_total) = (0.0, 0, 0);
+        let mut totals = table::Totals::default();
         while size <= self.a.max.max(unit) {
             let bytes = size / unit * unit;
             let count = bytes / unit;
@@ -307,9 +307,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
             if me {
                 table::row(bytes, bytes / elem, T::name(), redop, root, &oop, &ip);
             }
-            bw_sum += oop.busbw + ip.busbw;
-            bw_n += 2;
-            wrong_total += oop.wrong + ip.wrong;
+            totals.add(&oop, &ip);
             let m = |x: &Mode| serde_json::json!({"time_us": x.time_us, "algbw": x.algbw, "busbw": x.busbw, "wrong": x.wrong});
             rows.push(serde_json::json!({
                 "coll": self.coll.name(), "size": bytes, "count": bytes / elem, "type": T::name(), "redop": redop,
@@ -321,10 +319,9 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
             size = size.saturating_mul(self.a.factor);
         }
         if me {
-            println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
-            println!("# Avg bus bandwidth    : {:.4}", bw_sum / bw_n.max(1) as f64);
+            totals.footer();
         }
-        if wrong_total > 0 {
+        if totals.wrong > 0 {
             std::process::exit(1);
         }
         Ok(rows)

@@ -44,7 +44,7 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
     let elem = 4;
     let unit = elem * if matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
     let mut size = a.min.max(unit);
-    let (mut bw_sum, mut bw_n, mut wrong_total) = (0.0, 0, 0);
+    let mut totals = table::Totals::default();
     while size <= a.max.max(unit) {
         let bytes = size / unit * unit;
         let count = bytes / unit;
@@ -110,17 +110,14 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
         if me {
             table::row(bytes, bytes / elem, "float", redop, rooted, &modes[0], &modes[1]);
         }
-        bw_sum += modes[0].busbw + modes[1].busbw;
-        bw_n += 2;
-        wrong_total += modes[0].wrong + modes[1].wrong;
+        totals.add(&modes[0], &modes[1]);
         if a.factor < 2 {
             break;
         }
         size = size.saturating_mul(a.factor);
     }
     if me {
-        println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
-        println!("# Avg bus bandwidth    : {:.4}", bw_sum / bw_n.max(1) as f64);
+        totals.footer();
     }
-    i32::from(wrong_total > 0)
+    i32::from(totals.wrong > 0)
 }

@@ -56,3 +56,28 @@ pub fn row(bytes: usize, count: usize, ty: &str, redop: &str, root: i64, oop: &M
         ip.wrong
     );
 }
+
+/// What the footer sums over a sweep's rows.
+#[derive(Default)]
+pub struct Totals {
+    bw_sum: f64,
+    bw_n: usize,
+    /// Elements wrong, all rows together.
+    pub wrong: u64,
+}
+
+impl Totals {
+    /// Counts one size's two modes.
+    pub fn add(&mut self, oop: &Mode, ip: &Mode) {
+        self.bw_sum += oop.busbw + ip.busbw;
+        self.bw_n += 2;
+        self.wrong += oop.wrong + ip.wrong;
+    }
+
+    /// Prints nccl-tests' footer: wrong elements and the mean busbw.
+    pub fn footer(&self) {
+        let wrong = self.wrong;
+        println!("# Out of bounds values : {wrong} {}", if wrong == 0 { "OK" } else { "FAILED" });
+        println!("# Avg bus bandwidth    : {:.4}", self.bw_sum / self.bw_n.max(1) as f64);
+    }
+}
