@@ -64,7 +64,16 @@ fn ccl_perf_prints_the_nccl_tests_table_with_real_checks() {
 
 #[test]
 fn ccl_perf_socket_backend_and_memcpy_yardstick() {
-    let out = run(2, "ccl-perf", &["--backend", "socket", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1"]);
+    let json = std::env::temp_dir().join(format!("socket-{}.json", std::process::id()));
+    let json_arg = json.to_string_lossy().into_owned();
+    let out = run(
+        2,
+        "ccl-perf",
+        &["--backend", "socket", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--json", &json_arg],
+    );
+    let doc = std::fs::read_to_string(&json).expect("json written");
+    assert!(doc.contains("\"backend\": \"raw TCP\"") && doc.contains("\"size\": 32768"), "{doc}");
+    let _ = std::fs::remove_file(json);
     let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(rows.len(), 5, "{out}");
     assert!(rows.iter().all(|r| r.split_whitespace().nth(6).and_then(|b| b.parse::<f64>().ok()).is_some()), "{out}");

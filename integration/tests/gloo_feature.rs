@@ -46,6 +46,22 @@ fn gloo_all_reduce_through_cclrun_is_checked() {
 }
 
 #[test]
+fn gloo_sweep_is_plotted_and_saved_like_ccls() {
+    let tmp = std::env::temp_dir();
+    let (svg, json) =
+        (tmp.join(format!("gloo-{}.svg", std::process::id())), tmp.join(format!("gloo-{}.json", std::process::id())));
+    let (svg_arg, json_arg) = (svg.to_string_lossy().into_owned(), json.to_string_lossy().into_owned());
+    let o =
+        perf(2, &["-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--plot", &svg_arg, "--json", &json_arg]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let plot = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(plot.contains("Gloo out_of_place") && plot.contains("Gloo in_place"), "{plot}");
+    let doc = std::fs::read_to_string(&json).expect("json written");
+    assert!(doc.contains("\"backend\": \"Gloo\"") && doc.contains("\"size\": 65536"), "{doc}");
+    let _ = (std::fs::remove_file(svg), std::fs::remove_file(json));
+}
+
+#[test]
 fn gloo_backend_refuses_what_it_cannot_measure() {
     for (args, says) in [
         (&["-C", "broadcast"][..], "measures all_reduce float sum only"),

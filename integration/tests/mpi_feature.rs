@@ -35,18 +35,23 @@ fn ccl_perf_through_mpi() {
         return;
     }
     let perf = ccl_integration::cclrun().with_file_name("ccl-perf");
+    let json = std::env::temp_dir().join(format!("mpi-{}.json", std::process::id()));
     for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
         let o = Command::new("mpirun")
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .args(["--oversubscribe", "-np", "3"])
             .arg(&perf)
-            .args(["--backend", "mpi", "-C", coll, "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1"])
+            .args(["--backend", "mpi", "-C", coll, "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--json"])
+            .arg(&json)
             .output()
             .expect("mpirun");
         let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         assert!(o.status.success(), "{coll}: {out}{err}");
         assert!(out.contains("backend mpi") && out.contains("# Out of bounds values : 0 OK"), "{coll}: {out}");
         assert_eq!(out.lines().filter(|l| !l.starts_with('#')).count(), 5, "{coll}: {out}");
+        let doc = std::fs::read_to_string(&json).expect("json written");
+        assert!(doc.contains("\"backend\": \"MPI\"") && doc.contains(&format!("\"coll\": \"{coll}\"")), "{doc}");
     }
+    let _ = std::fs::remove_file(json);
 }

@@ -207,10 +207,9 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
             "# ccl-perf: all_reduce on {n} ranks, float sum, {} .. {} bytes ×{}, {} iters, {} warmup, backend gloo ({name}, loopback TCP; in place)",
             a.min, a.max, a.factor, a.iters, a.warmup
         );
-        table::header();
     }
     let mut size = a.min.max(4);
-    let mut totals = table::Totals::default();
+    let mut table = table::Table::new(r == 0, Coll::AllReduce.name(), n);
     while size <= a.max.max(4) {
         let count = size / 4;
         let bytes = count * 4;
@@ -237,18 +236,17 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
             let algbw = bytes as f64 / secs / 1e9;
             modes.push(Mode { time_us: secs * 1e6, algbw, busbw: algbw * Coll::AllReduce.busbw_factor(n), wrong });
         }
-        if r == 0 {
-            table::row(bytes, count, "float", "sum", -1, &modes[0], &modes[1]);
-        }
-        totals.add(&modes[0], &modes[1]);
+        table.row(bytes, count, "float", "sum", -1, &modes[0], &modes[1]);
         if a.factor < 2 {
             break;
         }
         size = size.saturating_mul(a.factor);
     }
     ctx.barrier()?;
+    table.footer();
+    let title = format!("ccl-perf --backend gloo: all_reduce on {n} ranks ({name})");
+    let saved = table.save(a.plot.as_deref(), a.json.as_deref(), &title, "Gloo");
     if r == 0 {
-        totals.footer();
         // every rank has connected (the barrier above): the store is done
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -257,5 +255,6 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
     // leaves this second barrier before every rank has finished the first,
     // so every call that mattered has ended: what this one says is moot.
     let _ = ctx.barrier();
-    Ok(totals.wrong)
+    saved.map_err(|_| "--plot or --json: cannot write the file".to_string())?;
+    Ok(table.wrong)
 }

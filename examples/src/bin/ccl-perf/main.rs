@@ -286,49 +286,34 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         Ok(Mode { time_us: secs[0] * 1e6, algbw, busbw: algbw * self.coll.busbw_factor(self.g.size()), wrong: w[0] })
     }
 
-    fn sweep(&self) -> ccl::Result<Vec<serde_json::Value>> {
+    fn sweep(&self) -> ccl::Result<table::Table> {
         let n = self.g.size();
         let elem = std::mem::size_of::<T>();
         let unit = elem * if matches!(self.coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
-        let me = self.g.rank() == 0;
         let root = if self.coll.rooted() { self.a.root as i64 } else { -1 };
         let redop = if self.coll.reduces() { O::NAME } else { "none" };
-        if me {
-            table::header();
-        }
-        let mut rows = Vec::new();
+        let mut table = table::Table::new(self.g.rank() == 0, self.coll.name(), n);
         let mut size = self.a.min.max(unit);
-        let mut totals = table::Totals::default();
         while size <= self.a.max.max(unit) {
             let bytes = size / unit * unit;
             let count = bytes / unit;
             let oop = self.mode(count, bytes, false)?;
             let ip = self.mode(count, bytes, true)?;
-            if me {
-                table::row(bytes, bytes / elem, T::name(), redop, root, &oop, &ip);
-            }
-            totals.add(&oop, &ip);
-            let m = |x: &Mode| serde_json::json!({"time_us": x.time_us, "algbw": x.algbw, "busbw": x.busbw, "wrong": x.wrong});
-            rows.push(serde_json::json!({
-                "coll": self.coll.name(), "size": bytes, "count": bytes / elem, "type": T::name(), "redop": redop,
-                "root": root, "ranks": n, "out_of_place": m(&oop), "in_place": m(&ip)
-            }));
+            table.row(bytes, bytes / elem, T::name(), redop, root, &oop, &ip);
             if self.a.factor < 2 {
                 break;
             }
             size = size.saturating_mul(self.a.factor);
         }
-        if me {
-            totals.footer();
-        }
-        if totals.wrong > 0 {
+        table.footer();
+        if table.wrong > 0 {
             std::process::exit(1);
         }
-        Ok(rows)
+        Ok(table)
     }
 }
 
-fn run_op<T: Elem>(g: &Group, a: &Args, coll: Coll) -> ccl::Result<Vec<serde_json::Value>>
+fn run_op<T: Elem>(g: &Group, a: &Args, coll: Coll) -> ccl::Result<table::Table>
 where
     Sum: ReduceOp<T>,
     Prod: ReduceOp<T>,
@@ -447,7 +432,7 @@ fn main() -> ccl::Result<()> {
     if a.max >= 1 << 20 {
         memcpy_line(&g, a.max.min(64 << 20))?;
     }
-    let rows = match a.dtype.as_str() {
+    let table = match a.dtype.as_str() {
         "float" | "f32" => run_op::<f32>(&g, &a, coll),
         "double" | "f64" => run_op::<f64>(&g, &a, coll),
         "half" | "f16" => run_op::<f16>(&g, &a, coll),
@@ -463,27 +448,9 @@ fn main() -> ccl::Result<()> {
             std::process::exit(2);
         }
     }?;
-    if let (Some(path), 0) = (&a.plot, g.rank()) {
-        let line = |mode: &str| ccl_examples::plot::Series {
-            name: format!("ccl {mode}"),
-            points: rows
-                .iter()
-                .filter_map(|r| Some((r["size"].as_u64()? as usize, r[mode]["busbw"].as_f64()?)))
-                .collect(),
-        };
-        let title = format!("ccl-perf {} on {} ranks ({})", a.coll, g.size(), a.dtype);
-        let svg = ccl_examples::plot::svg(&title, &[line("out_of_place"), line("in_place")]);
-        if let Err(e) = std::fs::write(path, svg) {
-            eprintln!("ccl-perf: {}: {e}", path.display());
-            std::process::exit(1);
-        }
-    }
-    if let (Some(path), 0) = (&a.json, g.rank()) {
-        let doc = serde_json::json!({ "ranks": g.size(), "results": rows });
-        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default()) {
-            eprintln!("ccl-perf: {}: {e}", path.display());
-            std::process::exit(1);
-        }
+    let title = format!("ccl-perf {} on {} ranks ({})", a.coll, g.size(), a.dtype);
+    if let Err(code) = table.save(a.plot.as_deref(), a.json.as_deref(), &title, "ccl") {
+        std::process::exit(code);
     }
     Ok(())
 }

@@ -39,12 +39,11 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
             a.warmup,
             mpi::environment::library_version().unwrap_or_default().lines().next().unwrap_or("").trim_end_matches(char::from(0))
         );
-        table::header();
     }
     let elem = 4;
     let unit = elem * if matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
     let mut size = a.min.max(unit);
-    let mut totals = table::Totals::default();
+    let mut table = table::Table::new(me, coll.name(), n);
     while size <= a.max.max(unit) {
         let bytes = size / unit * unit;
         let count = bytes / unit;
@@ -107,17 +106,16 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
         }
         let rooted = if matches!(coll, Coll::Broadcast | Coll::Reduce) { root as i64 } else { -1 };
         let redop = if matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) { "sum" } else { "none" };
-        if me {
-            table::row(bytes, bytes / elem, "float", redop, rooted, &modes[0], &modes[1]);
-        }
-        totals.add(&modes[0], &modes[1]);
+        table.row(bytes, bytes / elem, "float", redop, rooted, &modes[0], &modes[1]);
         if a.factor < 2 {
             break;
         }
         size = size.saturating_mul(a.factor);
     }
-    if me {
-        totals.footer();
+    table.footer();
+    let title = format!("ccl-perf --backend mpi: {} on {n} ranks (float)", coll.name());
+    if let Err(code) = table.save(a.plot.as_deref(), a.json.as_deref(), &title, "MPI") {
+        return code;
     }
-    i32::from(totals.wrong > 0)
+    i32::from(table.wrong > 0)
 }

@@ -38,8 +38,8 @@ pub fn run(g: &ccl::Group, a: &Args) -> ccl::Result<()> {
             "# ccl-perf: raw TCP between ranks 0 and 1 (one socket, loopback), {} iters, {} warmup",
             a.iters, a.warmup
         );
-        table::header();
     }
+    let mut table = table::Table::new(me == 0, "raw_tcp", 2);
     let mut size = a.min.max(1);
     while size <= a.max.max(1) {
         let out = vec![1u8; size];
@@ -68,15 +68,18 @@ pub fn run(g: &ccl::Group, a: &Args) -> ccl::Result<()> {
             }
             secs = t.elapsed().as_secs_f64() / a.iters.max(1) as f64;
         }
-        if me == 0 {
-            let algbw = size as f64 / secs / 1e9;
-            let m = || Mode { time_us: secs * 1e6, algbw, busbw: algbw, wrong: 0 };
-            table::row(size, size, "byte", "none", -1, &m(), &m());
-        }
+        let algbw = size as f64 / secs / 1e9;
+        let m = || Mode { time_us: secs * 1e6, algbw, busbw: algbw, wrong: 0 };
+        table.row(size, size, "byte", "none", -1, &m(), &m());
         if a.factor < 2 {
             break;
         }
         size = size.saturating_mul(a.factor);
+    }
+    if let Err(code) =
+        table.save(a.plot.as_deref(), a.json.as_deref(), "ccl-perf --backend socket (loopback)", "raw TCP")
+    {
+        std::process::exit(code);
     }
     g.barrier()
 }
