@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 /// One line: a name and (bytes, GB/s) points.
+#[derive(Debug)]
 pub struct Series {
     /// Legend text.
     pub name: String,

@@ -36,6 +36,32 @@ fn lone_examples() {
 }
 
 #[test]
+fn ccl_plot_draws_one_line_per_series_from_stdin() {
+    use std::io::Write;
+    let svg = std::env::temp_dir().join(format!("ccl-plot-{}.svg", std::process::id()));
+    let draw = |text: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ccl-plot"))
+            .args(["--title", "compare", "-o"])
+            .arg(&svg)
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("ccl-plot");
+        c.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+        c.wait_with_output().expect("ccl-plot")
+    };
+    let o = draw("ccl 8 0.1\nOpen MPI 8 0.05\nccl 1024 2.5\nOpen MPI 1024 1.2\n");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(text.contains(">ccl<") && text.contains(">Open MPI<") && text.contains("compare"), "{text}");
+    let _ = std::fs::remove_file(&svg);
+    let o = draw("ccl 8\n");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 1: expected SERIES SIZE GBPS"));
+    assert!(!svg.exists(), "nothing written for bad input");
+}
+
+#[test]
 fn ccl_sim_reads_every_shipped_topology() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies");
     let mut seen = 0;
