@@ -15,7 +15,7 @@ pub struct Mode {
 }
 
 /// Prints the column headings.
-pub fn header() {
+fn header() {
     println!("#{:>60}{:>34}", "out-of-place", "in-place");
     println!(
         "# {:>10} {:>12} {:>8} {:>6} {:>5} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
@@ -40,7 +40,7 @@ pub fn header() {
 }
 
 /// Prints one size's row.
-pub fn row(bytes: usize, count: usize, ty: &str, redop: &str, root: i64, oop: &Mode, ip: &Mode) {
+fn row(bytes: usize, count: usize, ty: &str, redop: &str, root: i64, oop: &Mode, ip: &Mode) {
     println!(
         "  {:>10} {:>12} {:>8} {:>6} {:>5} {:>9.2} {:>7.2} {:>7.2} {:>6} {:>9.2} {:>7.2} {:>7.2} {:>6}",
         bytes,
