@@ -14,15 +14,10 @@ use std::time::Duration;
 /// 32 of 32 KiB 7.4-7.9 us, with no change at 8 B or at 256 KiB-16 MiB.
 pub const NSLOTS: usize = 32;
 
-/// Slots per connection where every connection of a group is TCP: two
-/// (double buffering, which the schedule verifier proves enough), each
-/// half the connection's memory, since a socket moves large frames best.
-/// Measured on the 2-core VM (2 ranks over loopback, 1 MiB per
-/// connection, 7 alternating runs): 2 slots of 512 KiB took 473 us for a
-/// 2 MiB all_reduce and 5.1 ms for 16 MiB, 8 of 128 KiB 675 us and 7.3 ms
-/// (earlier, 32 KiB frames ran at 0.6-0.9 of 128 KiB ones). A piece is
-/// still half the connection's memory, as before.
-pub const TCP_NSLOTS: usize = 2;
+/// Slots per connection where every connection of a group is TCP: a
+/// quarter as many, four times as large (the same memory), since a socket
+/// moves large frames best (32 KiB frames ran at 0.6-0.9 of 128 KiB ones).
+pub const TCP_NSLOTS: usize = 8;
 
 /// How much ccl prints to stderr.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -197,7 +192,7 @@ knobs! {
     algo: Option<Algo> = None, "CCL_ALGO", "auto";
     /// Channels (independent rings or trees) each call is spread over.
     nchannels: usize = 1, "CCL_NCHANNELS", "1";
-    /// Bytes of slot memory per connection, split into 32 slots (2 where every connection of a group is TCP).
+    /// Bytes of slot memory per connection, split into 32 slots (8 where every connection of a group is TCP).
     buffsize: usize = 1 << 20, "CCL_BUFFSIZE", "1M";
     /// Bytes per pipeline piece; 0 picks half a connection's slots (larger values are capped there).
     chunksize: usize = 0, "CCL_CHUNKSIZE", "0";
