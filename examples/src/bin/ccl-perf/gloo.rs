@@ -56,19 +56,36 @@ const ALGOS: [&str; 4] = ["ring_chunked", "halving_doubling", "ring", "bcube"];
 const TIMEOUT_MS: c_int = 120_000;
 
 /// A room for the message of a failed Gloo call.
-struct Msg([c_char; 512]);
+struct Msg([c_char; Msg::LEN]);
 
 impl Msg {
-    fn new() -> Self {
-        Msg([0; 512])
+    const LEN: usize = 512;
+
+    /// Runs `f` (a C call returning 0 on success) with a message room; on
+    /// failure "what: Gloo's message".
+    fn check(what: &str, f: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<(), String> {
+        let mut m = Msg([0; Msg::LEN]);
+        match f(m.0.as_mut_ptr(), Msg::LEN) {
+            0 => Ok(()),
+            _ => Err(m.say(what)),
+        }
     }
-    fn ptr(&mut self) -> *mut c_char {
-        self.0.as_mut_ptr()
+
+    /// Runs `f` (a C call returning null on failure) with a message room;
+    /// what it made, or "what: Gloo's message".
+    fn made<P>(what: &str, f: impl FnOnce(*mut c_char, usize) -> *mut P) -> Result<*mut P, String> {
+        let mut m = Msg([0; Msg::LEN]);
+        let p = f(m.0.as_mut_ptr(), Msg::LEN);
+        if p.is_null() {
+            Err(m.say(what))
+        } else {
+            Ok(p)
+        }
     }
-    /// "what: Gloo's message".
+
     fn say(&self, what: &str) -> String {
         // SAFETY: the buffer is zeroed at creation and the C side writes at
-        // most len - 1 bytes and a NUL, so it always holds a C string
+        // most LEN - 1 bytes and a NUL, so it always holds a C string
         let msg = unsafe { CStr::from_ptr(self.0.as_ptr()) };
         format!("{what}: {}", msg.to_string_lossy())
     }
@@ -86,26 +103,16 @@ impl Drop for Context {
 
 impl Context {
     fn barrier(&self) -> Result<(), String> {
-        let mut e = Msg::new();
-        // SAFETY: a live context; the message room is 512 bytes
-        let rc = unsafe { ccl_gloo_barrier(self.0, e.ptr(), 512) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(e.say("gloo barrier"))
-        }
+        // SAFETY: a live context; the message room is as long as said
+        Msg::check("gloo barrier", |e, len| unsafe { ccl_gloo_barrier(self.0, e, len) })
     }
 
     /// Every rank's `v` folded by max (`max`) or sum.
     fn fold(&self, v: f64, max: bool) -> Result<f64, String> {
-        let (mut x, mut e) = (v, Msg::new());
+        let mut x = v;
         // SAFETY: a live context; `x` is one f64 for the call's duration
-        let rc = unsafe { ccl_gloo_fold(self.0, &mut x, c_int::from(max), e.ptr(), 512) };
-        if rc == 0 {
-            Ok(x)
-        } else {
-            Err(e.say("gloo fold"))
-        }
+        Msg::check("gloo fold", |e, len| unsafe { ccl_gloo_fold(self.0, &mut x, c_int::from(max), e, len) })?;
+        Ok(x)
     }
 }
 
@@ -113,31 +120,29 @@ impl Context {
 /// as often as timed.
 struct AllReduce<'a> {
     algo: *mut Algo,
-    _buf: &'a mut [f32],
+    buf: &'a mut [f32],
 }
 
 impl<'a> AllReduce<'a> {
     fn new(c: &Context, buf: &'a mut [f32], which: usize) -> Result<Self, String> {
         let count = c_int::try_from(buf.len()).map_err(|_| format!("gloo counts are ints: {} floats", buf.len()))?;
-        let mut e = Msg::new();
+        let ptr = buf.as_mut_ptr();
         // SAFETY: a live context; `buf` stays borrowed (and so in place)
         // for as long as the algorithm that holds its address lives
-        let algo = unsafe { ccl_gloo_all_reduce_new(c.0, buf.as_mut_ptr(), count, which as c_int, e.ptr(), 512) };
-        if algo.is_null() {
-            return Err(e.say("gloo all_reduce setup"));
-        }
-        Ok(AllReduce { algo, _buf: buf })
+        let algo = Msg::made("gloo all_reduce setup", |e, len| unsafe {
+            ccl_gloo_all_reduce_new(c.0, ptr, count, which as c_int, e, len)
+        })?;
+        Ok(AllReduce { algo, buf })
     }
 
     fn run(&self) -> Result<(), String> {
-        let mut e = Msg::new();
         // SAFETY: a live algorithm whose buffer is still borrowed
-        let rc = unsafe { ccl_gloo_run(self.algo, e.ptr(), 512) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(e.say("gloo all_reduce"))
-        }
+        Msg::check("gloo all_reduce", |e, len| unsafe { ccl_gloo_run(self.algo, e, len) })
+    }
+
+    /// The buffer as the last run left it.
+    fn data(&self) -> &[f32] {
+        self.buf
     }
 }
 
@@ -179,7 +184,7 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
     match sweep(a, which, r, n, &id) {
         Ok(wrong) => i32::from(wrong > 0),
         Err(e) => {
-            eprintln!("ccl-perf: {e}");
+            eprintln!("ccl-perf: rank {r} of {n}, gloo all_reduce: {e}");
             1
         }
     }
@@ -193,14 +198,11 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let store = CString::new(dir.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
     let host = CString::new("127.0.0.1").map_err(|e| e.to_string())?;
-    let mut e = Msg::new();
     // SAFETY: both strings are NUL-terminated and outlive the call; the
-    // message room is 512 bytes
-    let ctx =
-        unsafe { ccl_gloo_connect(r as c_int, n as c_int, store.as_ptr(), host.as_ptr(), TIMEOUT_MS, e.ptr(), 512) };
-    if ctx.is_null() {
-        return Err(e.say(&format!("gloo connect (rank {r} of {n}, store {})", dir.display())));
-    }
+    // message room is as long as said
+    let ctx = Msg::made(&format!("gloo connect (store {})", dir.display()), |e, len| unsafe {
+        ccl_gloo_connect(r as c_int, n as c_int, store.as_ptr(), host.as_ptr(), TIMEOUT_MS, e, len)
+    })?;
     let ctx = Context(ctx);
     if r == 0 {
         println!(
@@ -219,10 +221,8 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
             buf.iter_mut().enumerate().for_each(|(i, x)| *x = value(r, i));
             let call = AllReduce::new(&ctx, &mut buf, which)?;
             call.run()?;
-            drop(call);
-            let wrong =
-                buf.iter().enumerate().filter(|(q, x)| (0..n).map(|s| value(s, *q)).sum::<f32>() != **x).count();
-            let call = AllReduce::new(&ctx, &mut buf, which)?;
+            let want = |q: usize| (0..n).map(|s| value(s, q)).sum::<f32>();
+            let wrong = call.data().iter().enumerate().filter(|(q, x)| want(*q) != **x).count();
             for _ in 0..a.warmup {
                 call.run()?;
             }
