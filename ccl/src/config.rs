@@ -3,6 +3,7 @@
 
 use crate::algo::Algo;
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::Geometry;
 use std::time::Duration;
 
 /// Slots per connection in memory (shared memory, threads; NCCL's
@@ -14,10 +15,17 @@ use std::time::Duration;
 /// 32 of 32 KiB 7.4-7.9 us, with no change at 8 B or at 256 KiB-16 MiB.
 pub const NSLOTS: usize = 32;
 
-/// Slots per connection where every connection of a group is TCP: a
-/// quarter as many, four times as large (the same memory), since a socket
-/// moves large frames best (32 KiB frames ran at 0.6-0.9 of 128 KiB ones).
-pub const TCP_NSLOTS: usize = 8;
+/// Slots per connection where every connection of a group is TCP: two
+/// (double buffering, which the schedule verifier proves enough), each
+/// half the connection's memory, since a socket moves large frames best.
+/// Measured on the 2-core VM (2 ranks over loopback, 1 MiB per
+/// connection, 7 alternating runs): 2 slots of 512 KiB took 473 us for a
+/// 2 MiB all_reduce and 5.1 ms for 16 MiB, 8 of 128 KiB 675 us and 7.3 ms
+/// (earlier, 32 KiB frames ran at 0.6-0.9 of 128 KiB ones); again in 8
+/// alternating runs once each connection was cut by its group, medians
+/// 334 against 441 us at 1 MiB and 7.1 against 12.8 ms at 16 MiB. A piece
+/// is still half the connection's memory, as before.
+pub const TCP_NSLOTS: usize = 2;
 
 /// How much ccl prints to stderr.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -192,7 +200,7 @@ knobs! {
     algo: Option<Algo> = None, "CCL_ALGO", "auto";
     /// Channels (independent rings or trees) each call is spread over.
     nchannels: usize = 1, "CCL_NCHANNELS", "1";
-    /// Bytes of slot memory per connection, split into 32 slots (8 where every connection of a group is TCP).
+    /// Bytes of slot memory per connection, split into 32 slots (2 where every connection of a group is TCP).
     buffsize: usize = 1 << 20, "CCL_BUFFSIZE", "1M";
     /// Bytes per pipeline piece; 0 picks half a connection's slots (larger values are capped there).
     chunksize: usize = 0, "CCL_CHUNKSIZE", "0";
@@ -241,11 +249,11 @@ impl Config {
     /// follows the rule by which the shared-memory transport takes a pair
     /// (enabled, same host), from what every rank knows, rather than asking
     /// this rank's transports, which see only its own peers.
-    pub fn slots_on(&self, hosts: &crate::topo::Hosts) -> (usize, usize) {
+    pub fn slots_on(&self, hosts: &crate::topo::Hosts) -> Geometry {
         if self.shm_disable || hosts.groups().iter().all(|g| g.len() <= 1) {
-            (TCP_NSLOTS, self.tcp_slot_bytes())
+            Geometry { nslots: TCP_NSLOTS, slot_bytes: self.tcp_slot_bytes() }
         } else {
-            (NSLOTS, self.slot_bytes())
+            Geometry { nslots: NSLOTS, slot_bytes: self.slot_bytes() }
         }
     }
 
@@ -297,14 +305,14 @@ mod tests {
     fn groups_whose_connections_are_all_tcp_get_fewer_larger_slots() {
         use crate::topo::Hosts;
         let c = Config::default();
-        let memory = (NSLOTS, (1 << 20) / NSLOTS);
-        let tcp = (TCP_NSLOTS, (1 << 20) / TCP_NSLOTS);
+        let memory = Geometry { nslots: NSLOTS, slot_bytes: (1 << 20) / NSLOTS };
+        let tcp = Geometry { nslots: TCP_NSLOTS, slot_bytes: (1 << 20) / TCP_NSLOTS };
         assert_eq!(c.slots_on(&Hosts::blocks(&[2, 2])), memory);
         assert_eq!(c.slots_on(&Hosts::blocks(&[2, 1])), memory, "one host with two ranks uses memory");
         assert_eq!(c.slots_on(&Hosts::blocks(&[1, 1, 1])), tcp);
         assert_eq!(Config { shm_disable: true, ..c.clone() }.slots_on(&Hosts::blocks(&[2, 2])), tcp);
         // the same memory per connection either way
-        assert_eq!(memory.0 * memory.1, tcp.0 * tcp.1);
+        assert_eq!(memory.nslots * memory.slot_bytes, tcp.nslots * tcp.slot_bytes);
     }
 
     /// The README documents every knob with its default.

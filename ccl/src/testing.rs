@@ -59,8 +59,8 @@ impl LocalJob {
     /// If the host layout does not cover exactly `n` ranks, or a rank panics.
     pub fn run<R: Send>(&self, f: impl Fn(Group) -> R + Sync) -> Vec<R> {
         assert_eq!(self.hosts.nranks(), self.n, "host layout must cover every rank");
-        let (nslots, slot_bytes) = self.config.slots_on(&self.hosts);
-        let fabric = Fabric::new(self.n, nslots, slot_bytes);
+        let ring = self.config.slots_on(&self.hosts);
+        let fabric = Fabric::new(self.n, ring.nslots, ring.slot_bytes);
         let endpoints: Arc<[usize]> = (0..self.n).collect();
         let outcomes: Vec<std::thread::Result<R>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..self.n)

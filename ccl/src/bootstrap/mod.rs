@@ -19,7 +19,7 @@ pub use launch::LaunchEnv;
 pub use rendezvous::{join, PeerInfo, Rendezvous};
 
 use crate::comm::Group;
-use crate::config::{Config, NSLOTS, TCP_NSLOTS};
+use crate::config::{Config, NSLOTS};
 use crate::error::{Error, Result};
 use crate::topo::Hosts;
 use crate::transport::local::Fabric;
@@ -81,16 +81,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .collect::<Result<Vec<std::net::SocketAddr>>>()
         .map_err(at)?;
     let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
-    let tcp = Tcp::new(
-        env.rank,
-        *env.id.secret(),
-        listener,
-        peers,
-        config.sockets_per_peer,
-        TCP_NSLOTS,
-        config.tcp_slot_bytes(),
-        config.checksum,
-    );
+    let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?;
     let comm_id = u64::from_str_radix(&job, 16).unwrap_or(1);
     if config.debug >= crate::config::LogLevel::Info && env.rank == 0 {

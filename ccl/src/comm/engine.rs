@@ -471,13 +471,13 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::transport::local::Fabric;
-    use crate::transport::{Registry, Transport};
+    use crate::transport::{Geometry, Registry, Transport};
 
     fn engine() -> Engine {
         let fabric = Fabric::new(1, 4, 4096);
         let ep: Arc<dyn Transport> = Arc::new(fabric.endpoint(0));
         let reg = Arc::new(Registry::new(vec![ep]).expect("registry"));
-        let conns = Conns::new(reg, 0, 0, Arc::from([0usize]), 4096);
+        let conns = Conns::new(reg, 0, 0, Arc::from([0usize]), Geometry { nslots: 4, slot_bytes: 4096 });
         Engine::new(conns, 0, false, Arc::new(AtomicBool::new(false)), false)
     }
 

@@ -128,8 +128,8 @@ impl Group {
         if rank >= size || hosts.nranks() != size {
             return Err(Error::internal(format!("rank {rank} of {size}, hosts for {}", hosts.nranks())));
         }
-        let (_, slot_bytes) = config.slots_on(&hosts);
-        let conns = Conns::new(Arc::clone(&registry), id, rank, Arc::clone(&endpoints), slot_bytes);
+        let ring = config.slots_on(&hosts);
+        let conns = Conns::new(Arc::clone(&registry), id, rank, Arc::clone(&endpoints), ring);
         let local = hosts.groups().iter().find(|g| g.contains(&rank)).map_or(1, Vec::len);
         let cores = crate::topo::host_cpus();
         let own_core = local <= cores;

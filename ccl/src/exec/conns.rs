@@ -3,7 +3,7 @@
 use super::device::{DevRecv, DevSend};
 use crate::error::{Error, Result};
 use crate::transport::doorbell::Doorbell;
-use crate::transport::{ConnKey, RecvConn, Registry, SendConn};
+use crate::transport::{ConnKey, Geometry, RecvConn, Registry, SendConn};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ pub struct Conns {
     comm: u64,
     me: usize,
     endpoints: Arc<[usize]>,
-    slot_bytes: usize,
+    ring: Geometry,
     send_idx: HashMap<(usize, u32), usize>,
     sends: Vec<SendConn>,
     recv_idx: HashMap<(usize, u32), usize>,
@@ -32,14 +32,14 @@ impl Drop for Conns {
 
 impl Conns {
     /// Connections of communicator `comm` for group rank `me`; group rank
-    /// `r` is transport endpoint `endpoints[r]`.
-    pub fn new(reg: Arc<Registry>, comm: u64, me: usize, endpoints: Arc<[usize]>, slot_bytes: usize) -> Self {
+    /// `r` is transport endpoint `endpoints[r]`; connections are cut as `ring`.
+    pub fn new(reg: Arc<Registry>, comm: u64, me: usize, endpoints: Arc<[usize]>, ring: Geometry) -> Self {
         Conns {
             reg,
             comm,
             me,
             endpoints,
-            slot_bytes,
+            ring,
             send_idx: HashMap::default(),
             sends: Vec::new(),
             recv_idx: HashMap::default(),
@@ -62,12 +62,8 @@ impl Conns {
             return Ok(i);
         }
         let key = self.key(self.me, peer, channel)?;
-        let c = self.reg.connect_send(key).map_err(|e| e.with_peer(peer))?;
-        if c.slot_bytes() < self.slot_bytes {
-            return Err(
-                Error::transport(format!("slots of {} B, need {}", c.slot_bytes(), self.slot_bytes)).with_peer(peer)
-            );
-        }
+        let c = self.reg.connect_send(key, self.ring).map_err(|e| e.with_peer(peer))?;
+        self.check_slots(c.slot_bytes(), peer)?;
         self.sends.push(c);
         self.dsends.push(None);
         self.send_idx.insert((peer, channel), self.sends.len() - 1);
@@ -80,12 +76,8 @@ impl Conns {
             return Ok(i);
         }
         let key = self.key(peer, self.me, channel)?;
-        let c = self.reg.connect_recv(key).map_err(|e| e.with_peer(peer))?;
-        if c.slot_bytes() < self.slot_bytes {
-            return Err(
-                Error::transport(format!("slots of {} B, need {}", c.slot_bytes(), self.slot_bytes)).with_peer(peer)
-            );
-        }
+        let c = self.reg.connect_recv(key, self.ring).map_err(|e| e.with_peer(peer))?;
+        self.check_slots(c.slot_bytes(), peer)?;
         self.recvs.push(c);
         self.drecvs.push(None);
         self.recv_idx.insert((peer, channel), self.recvs.len() - 1);
@@ -138,7 +130,16 @@ impl Conns {
 
     /// Bytes per slot every connection provides.
     pub fn slot_bytes(&self) -> usize {
-        self.slot_bytes
+        self.ring.slot_bytes
+    }
+
+    /// A connection whose slots hold less than the group's is an error.
+    fn check_slots(&self, got: usize, peer: usize) -> Result<()> {
+        if got < self.ring.slot_bytes {
+            let e = Error::transport(format!("slots of {got} B, need {}", self.ring.slot_bytes));
+            return Err(e.with_peer(peer));
+        }
+        Ok(())
     }
 
     /// This rank's doorbell.

@@ -4,7 +4,7 @@
 
 use super::doorbell::{BellRef, Doorbell};
 use super::fifo::{FifoMem, FifoRecv, FifoSend};
-use super::{ConnKey, RecvConn, SendConn, Transport};
+use super::{ConnKey, Geometry, RecvConn, SendConn, Transport};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,11 +87,11 @@ impl Transport for LocalEndpoint {
         from < self.fabric.bells.len() && to < self.fabric.bells.len()
     }
 
-    fn connect_send(&self, key: ConnKey) -> Result<SendConn> {
+    fn connect_send(&self, key: ConnKey, _ring: Geometry) -> Result<SendConn> {
         Ok(SendConn::Fifo(FifoSend::new(self.fabric.fifo(key)?, self.fabric.bell_of(key.to)?)))
     }
 
-    fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
+    fn connect_recv(&self, key: ConnKey, _ring: Geometry) -> Result<RecvConn> {
         Ok(RecvConn::Fifo(FifoRecv::new(self.fabric.fifo(key)?, self.fabric.bell_of(key.from)?)))
     }
 

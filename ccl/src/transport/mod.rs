@@ -35,16 +35,29 @@ pub struct ConnKey {
     pub channel: u32,
 }
 
+/// How a connection's slot memory is cut: `nslots` slots of `slot_bytes`.
+/// A group decides it ([`Config::slots_on`](crate::Config::slots_on)),
+/// the same on every rank. Sockets size their rings by it; memory
+/// transports fix theirs per process and only need slots at least as
+/// large (the group checks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Slots per connection.
+    pub nslots: usize,
+    /// Bytes per slot.
+    pub slot_bytes: usize,
+}
+
 /// A way to reach peers.
 pub trait Transport: Send + Sync {
     /// Short name for messages (`"local"`).
     fn name(&self) -> &'static str;
     /// Whether this transport connects endpoint `from` to endpoint `to`.
     fn can_connect(&self, from: usize, to: usize) -> bool;
-    /// The sending end of `key` (this endpoint is `key.from`).
-    fn connect_send(&self, key: ConnKey) -> Result<SendConn>;
-    /// The receiving end of `key` (this endpoint is `key.to`).
-    fn connect_recv(&self, key: ConnKey) -> Result<RecvConn>;
+    /// The sending end of `key` (this endpoint is `key.from`), cut as `ring`.
+    fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn>;
+    /// The receiving end of `key` (this endpoint is `key.to`), cut as `ring`.
+    fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn>;
     /// The doorbell this endpoint sleeps on; peers ring it when they post
     /// to it or free a slot of its.
     fn bell(&self) -> &Doorbell;
@@ -242,14 +255,14 @@ impl Registry {
         })
     }
 
-    /// Connects the sending end of `key`.
-    pub fn connect_send(&self, key: ConnKey) -> Result<SendConn> {
-        self.pick(key.from, key.to)?.connect_send(key)
+    /// Connects the sending end of `key`, cut as `ring`.
+    pub fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {
+        self.pick(key.from, key.to)?.connect_send(key, ring)
     }
 
-    /// Connects the receiving end of `key`.
-    pub fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
-        self.pick(key.from, key.to)?.connect_recv(key)
+    /// Connects the receiving end of `key`, cut as `ring`.
+    pub fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn> {
+        self.pick(key.from, key.to)?.connect_recv(key, ring)
     }
 
     /// This endpoint's doorbell.

@@ -16,7 +16,7 @@
 
 use super::doorbell::{BellRef, Doorbell};
 use super::fifo::{FifoMem, FifoRecv, FifoSend};
-use super::{ConnKey, RecvConn, SendConn, Transport};
+use super::{ConnKey, Geometry, RecvConn, SendConn, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use memmap2::MmapMut;
 use std::collections::HashMap;
@@ -261,14 +261,14 @@ impl Transport for Shm {
         self.enabled && matches!((self.hosts.get(from), self.hosts.get(to)), (Some(a), Some(b)) if a == b)
     }
 
-    fn connect_send(&self, key: ConnKey) -> Result<SendConn> {
+    fn connect_send(&self, key: ConnKey, _ring: Geometry) -> Result<SendConn> {
         let bell = self.peer_bell(key.to)?;
         let mut open = self.opener(key);
         let open = move || Ok(open()?.map(|m| FifoSend::new(m, Arc::clone(&bell))));
         Ok(SendConn::Shm(Lazy { conn: None, open: Box::new(open) }, self.slot_bytes))
     }
 
-    fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
+    fn connect_recv(&self, key: ConnKey, _ring: Geometry) -> Result<RecvConn> {
         let bell = self.peer_bell(key.from)?;
         let mut open = self.opener(key);
         let open = move || Ok(open()?.map(|m| FifoRecv::new(m, Arc::clone(&bell))));

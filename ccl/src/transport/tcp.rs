@@ -14,7 +14,7 @@
 //! whose hello does not verify is dropped and logged with its address.
 
 use super::doorbell::Doorbell;
-use super::{ConnKey, RecvConn, SendConn, Transport};
+use super::{ConnKey, Geometry, RecvConn, SendConn, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -264,7 +264,9 @@ struct Slots {
 unsafe impl Send for Slots {}
 
 impl Slots {
-    fn new(n: usize, slot_bytes: usize) -> Result<Self> {
+    /// `ring.nslots` slots (at least one) of `ring.slot_bytes` rounded up to 64.
+    fn new(ring: Geometry) -> Result<Self> {
+        let (n, slot_bytes) = (ring.nslots.max(1), ring.slot_bytes.div_ceil(64) * 64);
         let layout =
             Layout::from_size_align((n * slot_bytes).max(64), 64).map_err(|_| Error::internal("slot layout"))?;
         // SAFETY: non-zero size.
@@ -518,8 +520,6 @@ pub struct Tcp {
     shared: Arc<Shared>,
     checksum: bool,
     peers: Vec<SocketAddr>,
-    nslots: usize,
-    slot_bytes: usize,
     bell: Doorbell,
 }
 
@@ -531,17 +531,16 @@ impl Tcp {
         Ok(l)
     }
 
-    /// The transport of endpoint `me`, whose peers listen at `peers`;
-    /// `checksum` adds a CRC32 to every payload it sends.
-    #[allow(clippy::too_many_arguments)]
+    /// The transport of endpoint `me`, whose peers listen at `peers`, with
+    /// `nsocks` sockets per connection; `checksum` adds a CRC32 to every
+    /// payload it sends. Each connection's ring of slots is cut as its
+    /// group asks when it connects.
     pub fn new(
         me: usize,
         secret: [u8; 16],
         listener: TcpListener,
         peers: Vec<SocketAddr>,
         nsocks: usize,
-        nslots: usize,
-        slot_bytes: usize,
         checksum: bool,
     ) -> Self {
         let shared = Shared {
@@ -555,14 +554,7 @@ impl Tcp {
             pending: Mutex::new(Vec::new()),
             seen: Mutex::new(std::collections::HashSet::new()),
         };
-        Tcp {
-            shared: Arc::new(shared),
-            checksum,
-            peers,
-            nslots,
-            slot_bytes: slot_bytes.div_ceil(64) * 64,
-            bell: Doorbell::new(),
-        }
+        Tcp { shared: Arc::new(shared), checksum, peers, bell: Doorbell::new() }
     }
 }
 
@@ -575,7 +567,7 @@ impl Transport for Tcp {
         from < self.peers.len() && to < self.peers.len()
     }
 
-    fn connect_send(&self, key: ConnKey) -> Result<SendConn> {
+    fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {
         let addr = *self.peers.get(key.to).ok_or_else(|| Error::internal("peer address"))?;
         let mut socks = Vec::with_capacity(self.shared.nsocks);
         for idx in 0..self.shared.nsocks {
@@ -588,8 +580,8 @@ impl Transport for Tcp {
             let flag = self.shared.watch(&s, false);
             socks.push(SendSock { stream: s, queue: VecDeque::new(), off: 0, flag });
         }
-        let slots = Slots::new(self.nslots, self.slot_bytes)?;
-        let free = (0..self.nslots).rev().collect();
+        let slots = Slots::new(ring)?;
+        let free = (0..slots.n).rev().collect();
         Ok(SendConn::Tcp(TcpSend {
             peer: key.to,
             checksum: self.checksum,
@@ -602,16 +594,18 @@ impl Transport for Tcp {
         }))
     }
 
-    fn connect_recv(&self, key: ConnKey) -> Result<RecvConn> {
+    fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn> {
+        let slots = Slots::new(ring)?;
+        let n = slots.n;
         self.shared.unclaimed.fetch_add(1, Ordering::Relaxed);
         Ok(RecvConn::Tcp(TcpRecv {
             key: (key.comm, key.from, key.channel),
             shared: Arc::clone(&self.shared),
             socks: Vec::new(),
-            slots: Slots::new(self.nslots, self.slot_bytes)?,
-            lens: vec![0; self.nslots],
-            fps: vec![[0; 4]; self.nslots],
-            ready: vec![false; self.nslots],
+            slots,
+            lens: vec![0; n],
+            fps: vec![[0; 4]; n],
+            ready: vec![false; n],
             tail: 0,
         }))
     }
@@ -715,7 +709,7 @@ mod tests {
 
     fn transport(me: usize, checksum: bool) -> Tcp {
         let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
-        Tcp::new(me, [9; 16], l, Vec::new(), 1, 4, 256, checksum)
+        Tcp::new(me, [9; 16], l, Vec::new(), 1, checksum)
     }
 
     /// Polls `r` until it yields a slot or an error.
@@ -731,6 +725,59 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         Err(Error::transport("nothing arrived"))
+    }
+
+    /// Sends `frames` through `tx` to `r`, polling both, and returns what arrived.
+    fn relay(tx: &mut SendConn, r: &mut RecvConn, frames: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+        let mut got = Vec::new();
+        let t = Instant::now();
+        let mut sent = 0;
+        while got.len() < frames.len() && t.elapsed() < Duration::from_secs(10) {
+            if sent < frames.len() {
+                if let Some(p) = tx.reserve()? {
+                    // SAFETY: a reserved slot of at least the frame's bytes (the caller cuts it so).
+                    unsafe { std::ptr::copy_nonoverlapping(frames[sent].as_ptr(), p, frames[sent].len()) };
+                    tx.post(frames[sent].len(), &[0; 4]);
+                    sent += 1;
+                }
+            }
+            tx.flush()?;
+            if let Some((p, len, _)) = r.peek()? {
+                // SAFETY: a peeked slot of `len` bytes, ours until released.
+                got.push(unsafe { std::slice::from_raw_parts(p, len) }.to_vec());
+                r.release();
+            }
+        }
+        Ok(got)
+    }
+
+    #[test]
+    fn each_connection_cuts_its_ring_as_its_group_asks() {
+        let rx = transport(1, false);
+        let rx_addr = rx.shared.listener.local_addr().expect("addr");
+        let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+        let tx = Tcp::new(0, [9; 16], l, vec![rx_addr, rx_addr], 1, false);
+        // two slots, rounded up to whole cache lines, carry more frames than there are slots, in order
+        let ring = Geometry { nslots: 2, slot_bytes: 1000 };
+        let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
+        let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
+        assert_eq!((s.slot_bytes(), r.slot_bytes()), (1024, 1024));
+        let frames: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i.wrapping_mul(37); 1024]).collect();
+        assert_eq!(relay(&mut s, &mut r, &frames).expect("relayed"), frames);
+        // a connection of another group, cut smaller, on the same transports
+        let key = ConnKey { channel: 1, ..key };
+        let small = Geometry { nslots: 32, slot_bytes: 64 };
+        let mut s = tx.connect_send(key, small).expect("send");
+        let mut r = rx.connect_recv(key, small).expect("recv");
+        assert_eq!((s.slot_bytes(), r.slot_bytes()), (64, 64));
+        let frames: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 64]).collect();
+        assert_eq!(relay(&mut s, &mut r, &frames).expect("relayed"), frames);
+        // a sender cut larger than its receiver: the oversized frame is an error, not an overrun
+        let key = ConnKey { channel: 2, ..key };
+        let mut s = tx.connect_send(key, ring).expect("send");
+        let mut r = rx.connect_recv(key, small).expect("recv");
+        let e = relay(&mut s, &mut r, &[vec![1; 1024]]).expect_err("oversized frame");
+        assert_eq!(e.to_string(), "transport: frame of 1024 bytes exceeds a slot of 64");
     }
 
     #[test]
@@ -757,7 +804,7 @@ mod tests {
     fn checksums_catch_corrupted_payloads_and_bad_hellos_are_dropped() {
         let rx = transport(1, true);
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
-        let mut r = rx.connect_recv(key).expect("recv end");
+        let mut r = rx.connect_recv(key, Geometry { nslots: 4, slot_bytes: 256 }).expect("recv end");
         let addr = rx.shared.listener.local_addr().expect("addr");
         // a stranger with the wrong secret is dropped; the real sender is accepted
         let mut stranger = TcpStream::connect(addr).expect("connect");
@@ -785,8 +832,7 @@ mod tests {
         let real = rx.shared.hello(key, 0).expect("hello");
         let mut forged = real.clone();
         forged[20] ^= 1; // addressed to another rank, tag unchanged
-        let other =
-            Tcp::new(0, [8; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), Vec::new(), 1, 4, 256, false);
+        let other = Tcp::new(0, [8; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), Vec::new(), 1, false);
         let intruders: [&[u8]; 5] = [
             &real[..HELLO / 2],                          // truncated, then closed
             &[0xff; HELLO],                              // random bytes

@@ -110,9 +110,9 @@ impl Tuner {
     /// The choice for `coll` moving `count` elements of `elem_size` bytes.
     pub fn choose(&self, coll: Coll, count: usize, elem_size: usize, hosts: &Hosts, cfg: &Config) -> Choice {
         let elem = elem_size.max(1);
-        let (nslots, slot_bytes) = cfg.slots_on(hosts);
-        let slot_elems = (slot_bytes / elem).max(1);
-        let max_chunk = slot_elems * nslots / 2;
+        let ring = cfg.slots_on(hosts);
+        let slot_elems = (ring.slot_bytes / elem).max(1);
+        let max_chunk = slot_elems * ring.nslots / 2;
         let chunk = match cfg.chunksize {
             0 => max_chunk,
             b => (b / elem).clamp(1, max_chunk),
