@@ -37,8 +37,10 @@ fn matrix_over_shm_every_algorithm() {
 #[test]
 fn matrix_over_tcp_2_3_4_ranks() {
     for np in [2, 3, 4] {
-        matrix(np, &["-x", "CCL_SHM_DISABLE=1"]);
+        matrix(np, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_TEST_LARGE=1"]);
     }
+    // many small slots: sends from the call's buffers pile up behind the socket
+    matrix(2, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_TEST_LARGE=1", "-x", "CCL_BUFFSIZE=8K"]);
     matrix(3, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_SOCKETS_PER_PEER=1"]);
     matrix(2, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_SOCKETS_PER_PEER=4", "-x", "CCL_SOCKET_IFNAME=lo"]);
     matrix(3, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_CHECKSUM=1"]);
@@ -47,7 +49,7 @@ fn matrix_over_tcp_2_3_4_ranks() {
 #[test]
 fn matrix_over_tcp_every_algorithm() {
     for algo in ["ring", "tree", "rd", "rhd", "ring-ring", "tree-ring"] {
-        matrix(3, &["-x", "CCL_SHM_DISABLE=1", "-x", &format!("CCL_ALGO={algo}")]);
+        matrix(3, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_TEST_LARGE=1", "-x", &format!("CCL_ALGO={algo}")]);
     }
 }
 

@@ -265,8 +265,12 @@ impl Engine {
         impl Drop for Unlist<'_> {
             fn drop(&mut self) {
                 let id = self.1;
-                if !self.0.queue.is_empty() {
+                if self.0.queue.iter().any(|e| e.id == id) {
+                    // unwinding with the call in flight: its memory goes
+                    // now, and what it left half done breaks the communicator
                     self.0.queue.retain(|e| e.id != id);
+                    self.0.conns.forget_lent();
+                    self.0.broken.get_or_insert_with(|| "a call was abandoned in flight (a panic)".into());
                 }
             }
         }
@@ -297,6 +301,8 @@ impl Engine {
     /// Fails the call at `i` with `err`, and every other queued call with
     /// `Broken`; the communicator refuses further calls.
     fn fail(&mut self, i: usize, err: Error) {
+        // the calls' memory goes back to their callers: nothing may still read it
+        self.conns.forget_lent();
         if let ErrorKind::PeerLost { rank, .. } = err.kind() {
             self.conns.publish_lost(*rank);
         }

@@ -89,6 +89,12 @@ impl Conns {
         &mut self.sends[i]
     }
 
+    /// Whether sending connection `i` sends straight from a call's memory
+    /// ([`SendConn::lends`]).
+    pub fn send_lends(&self, i: usize) -> bool {
+        self.sends[i].lends()
+    }
+
     /// The receiving connection at `i` (from [`recv`](Self::recv)).
     pub fn recv_at(&mut self, i: usize) -> &mut RecvConn {
         &mut self.recvs[i]
@@ -162,6 +168,12 @@ impl Conns {
     /// Pushes staged outgoing data on every connection.
     pub fn flush(&mut self) -> Result<()> {
         self.sends.iter_mut().try_for_each(|s| s.flush())
+    }
+
+    /// Drops every message still waiting to be sent from a call's memory
+    /// (see [`SendConn::forget_lent`]): the calls have failed.
+    pub fn forget_lent(&mut self) {
+        self.sends.iter_mut().for_each(SendConn::forget_lent)
     }
 
     /// Whether the transports are up and the group ranks `peers` alive.

@@ -6,7 +6,9 @@
 //! or disjoint), then moves data with the vectorised kernels straight
 //! between user memory and slots: a receive reduces out of the incoming
 //! slot, a fused receive-reduce-send writes the result into the outgoing
-//! slot, and nothing is copied twice.
+//! slot, and nothing is copied twice. Connections that copy anyway (sockets,
+//! whose kernel copies what they send) take memory that no later step
+//! writes straight from the call's buffers, without a slot.
 
 mod conns;
 pub mod device;
@@ -38,10 +40,48 @@ struct Wiring {
     /// Every connection used, by [`Conns::send_id`]/[`Conns::recv_id`],
     /// sorted, once each.
     uses: Vec<usize>,
+    /// Per channel, per step: whether what it sends may be sent from where
+    /// it lies in the call's buffers ([`lendable`]).
+    lendable: Vec<Vec<bool>>,
+}
+
+/// Per channel, per step of `s` on `l`: whether the step sends memory of
+/// the call as it is (a send, or the result a step has just written) that
+/// no step writes afterwards: no other channel's at any time, none later
+/// in its own. Such memory can go to a socket straight from there, and
+/// stays as it was until the call ends.
+fn lendable(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
+    let writes: Vec<(usize, usize, Region)> = s
+        .channels
+        .iter()
+        .enumerate()
+        .flat_map(|(c, ch)| ch.iter().enumerate().filter_map(move |(i, st)| Some((c, i, l.resolve(st.writes()?)))))
+        .collect();
+    let sent = |st: &Step| match *st {
+        Step::Send { src, .. } => Some(src),
+        Step::RecvReduceCopySend { dst, .. } | Step::RecvCopySend { dst, .. } => Some(dst),
+        _ => None,
+    };
+    s.channels
+        .iter()
+        .enumerate()
+        .map(|(c, ch)| {
+            ch.iter()
+                .enumerate()
+                .map(|(i, st)| {
+                    sent(st).map(|r| l.resolve(r)).is_some_and(|r| {
+                        !writes.iter().any(|&(wc, wi, w)| {
+                            !(wc == c && wi <= i) && w.buf == r.buf && w.off < r.end() && r.off < w.end()
+                        })
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 impl Wiring {
-    fn new(sched: &Arc<Schedule>, channel_base: u32, conns: &mut Conns) -> Result<Self> {
+    fn new(sched: &Arc<Schedule>, layout: &Layout, channel_base: u32, conns: &mut Conns) -> Result<Self> {
         let mut links = Vec::with_capacity(sched.channels.len());
         for (c, ch) in sched.channels.iter().enumerate() {
             let channel = channel_base + c as u32;
@@ -61,7 +101,7 @@ impl Wiring {
             .collect();
         uses.sort_unstable();
         uses.dedup();
-        Ok(Wiring { sched: Arc::clone(sched), links, uses })
+        Ok(Wiring { sched: Arc::clone(sched), links, uses, lendable: lendable(sched, layout) })
     }
 }
 
@@ -83,6 +123,10 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     slots_around: bool,
     /// Boxed: host calls, the common case, move a smaller `Exec`.
     gpu: Option<Box<OnGpu>>,
+    /// Sending connections that may still read this call's buffers (memory
+    /// sent from where it is, [`Wiring::lendable`]): the call is not done,
+    /// and its buffers stay the caller's, until they have sent it.
+    lent: SmallVec<[usize; 4]>,
     _op: PhantomData<O>,
 }
 
@@ -122,7 +166,7 @@ impl Checked {
         if let Some(w) = self.wiring.get() {
             return Ok(Arc::clone(w));
         }
-        let w = Arc::new(Wiring::new(&self.sched, channel_base, conns)?);
+        let w = Arc::new(Wiring::new(&self.sched, &self.layout, channel_base, conns)?);
         Ok(Arc::clone(self.wiring.get_or_init(|| w)))
     }
 }
@@ -200,6 +244,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             around_cache,
             slots_around,
             gpu,
+            lent: SmallVec::new(),
             _op: PhantomData,
         })
     }
@@ -241,11 +286,17 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         self.around_cache = Self::output_around_cache(&self.layout, plan.around_cache_from);
         self.slots_around = plan.slots_around;
         self.pcs.iter_mut().for_each(|pc| *pc = (0, 0));
+        self.lent.clear();
         true
     }
 
-    /// Whether every channel has finished.
+    /// Whether every channel has finished and every byte sent from the
+    /// call's buffers has left them.
     pub fn done(&self) -> bool {
+        self.lent.is_empty() && self.channels_done()
+    }
+
+    fn channels_done(&self) -> bool {
         self.pcs.iter().zip(&self.wiring.sched.channels).all(|(&(i, _), ch)| i >= ch.len())
     }
 
@@ -257,7 +308,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 moved = true;
             }
         }
+        self.forget_sent(conns);
         Ok(moved)
+    }
+
+    /// Forgets connections that have handed all lent memory to the kernel.
+    fn forget_sent(&mut self, conns: &mut Conns) {
+        if !self.lent.is_empty() {
+            self.lent.retain(|si| conns.send_at(*si).lent() > 0);
+        }
     }
 
     /// Applies the operator's finishing pass (Avg's division) to the output.
@@ -306,6 +365,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 };
                 w.push(format!("channel {c} step {i} waiting {what}"));
             }
+        }
+        if !self.lent.is_empty() {
+            w.push(format!("{} connections still sending from the call's buffers", self.lent.len()));
         }
         w.join("; ")
     }
@@ -382,6 +444,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             },
             None => None,
         };
+        let mut lend = None;
         let local = if self.gpu.is_some() {
             let local = matches!(st, Step::Copy { .. } | Step::Reduce { .. });
             // a local step covers its whole region at once, a slot step one slot of it
@@ -401,10 +464,26 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             self.gpu_step(st, src, dst, elems, io, conns)?;
             local
         } else {
-            self.host_step(st, at, incoming, outgoing, n)
+            let lends = self.wiring.lendable[c][i] && si.is_some_and(|si| conns.send_lends(si));
+            let (local, lent) = self.host_step(st, at, incoming, outgoing, n, lends);
+            lend = lent;
+            local
         };
-        if let Some(si) = si {
-            conns.send_at(si).post(n * size, &self.fp);
+        match (si, lend) {
+            (Some(si), Some(r)) => {
+                let (p, bytes) = (self.ptr(r) as *const u8, n * size);
+                // SAFETY: a validated region of this call's buffers that no
+                // step writes from now on (`Wiring::lendable`); the call is
+                // not done, so its buffers stay the caller's, until the
+                // connection has sent it (`done`), and a failing call has it
+                // forgotten (`Conns::forget_lent`) before they go back.
+                unsafe { conns.send_at(si).lend(p, bytes, &self.fp) };
+                if !self.lent.contains(&si) {
+                    self.lent.push(si);
+                }
+            }
+            (Some(si), None) => conns.send_at(si).post(n * size, &self.fp),
+            (None, _) => {}
         }
         if let Some(ri) = ri {
             conns.recv_at(ri).release();
@@ -414,7 +493,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         Ok(true)
     }
 
-    /// One step on host memory; whether it was a local one.
+    /// One step on host memory; whether it was a local one, and, where the
+    /// outgoing connection `lends` and the step sends memory of the call
+    /// as it is, that region, to be sent from there instead of a slot.
     #[inline]
     fn host_step(
         &self,
@@ -423,7 +504,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         incoming: Option<*const T>,
         outgoing: Option<*mut T>,
         n: usize,
-    ) -> bool {
+        lends: bool,
+    ) -> (bool, Option<Region>) {
         // Why the slices below are sound: regions were validated against
         // their buffers in `new`, and fused operands are identical (the
         // `s == d` branches use one slice) or disjoint; a peeked slot holds
@@ -451,7 +533,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let put = |d: Region, src: &[T]| store(around(d), mem_mut(d), src);
         let to_slot = self.slots_around;
         let mut local = false;
+        let mut lent = None;
         match st {
+            Step::Send { src, .. } if lends => lent = Some(at(src)),
             Step::Send { src, .. } => store(to_slot, slot_out, mem(at(src))),
             Step::Recv { dst, .. } => put(at(dst), slot_in),
             Step::RecvReduce { src, dst, .. } => {
@@ -472,11 +556,20 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 } else {
                     O::reduce3(mem_mut(d), mem(s), slot_in);
                 }
-                store(to_slot, slot_out, mem(d));
+                if lends {
+                    lent = Some(d);
+                } else {
+                    store(to_slot, slot_out, mem(d));
+                }
             }
             Step::RecvCopySend { dst, .. } => {
-                put(at(dst), slot_in);
-                store(to_slot, slot_out, slot_in);
+                let d = at(dst);
+                put(d, slot_in);
+                if lends {
+                    lent = Some(d);
+                } else {
+                    store(to_slot, slot_out, slot_in);
+                }
             }
             Step::Copy { src, dst } => {
                 let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
@@ -491,7 +584,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 local = true;
             }
         }
-        local
+        (local, lent)
     }
 }
 
@@ -564,4 +657,92 @@ fn validate(s: &Schedule, l: &Layout) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::{generate, Algo, Coll, Params};
+    use crate::topo::Hosts;
+
+    fn sched(coll: Coll, algo: Algo, n: usize, rank: usize, count: usize, in_place: bool, hosts: &Hosts) -> Schedule {
+        let p = Params { nranks: n, rank, count, root: n / 2, channels: 2, chunk: 5, in_place, hosts };
+        generate(coll, algo, &p).expect("schedule")
+    }
+
+    /// Element by element: the memory a step sends, and every element
+    /// written by another channel or later in its own.
+    fn reference(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
+        let elems = |r: Region| (r.off..r.off + r.len).map(move |e| (r.buf, e));
+        let mut out = Vec::new();
+        for (c, ch) in s.channels.iter().enumerate() {
+            let mut row = Vec::new();
+            for (i, st) in ch.iter().enumerate() {
+                let sent = match *st {
+                    Step::Send { src, .. } => Some(src),
+                    Step::RecvReduceCopySend { dst, .. } | Step::RecvCopySend { dst, .. } => Some(dst),
+                    _ => None,
+                };
+                row.push(sent.is_some_and(|r| {
+                    let mine: std::collections::HashSet<_> = elems(l.resolve(r)).collect();
+                    s.channels.iter().enumerate().all(|(c2, ch2)| {
+                        ch2.iter().enumerate().filter(|&(i2, _)| c2 != c || i2 > i).all(|(_, st2)| {
+                            st2.writes().is_none_or(|w| elems(l.resolve(w)).all(|e| !mine.contains(&e)))
+                        })
+                    })
+                }));
+            }
+            out.push(row);
+        }
+        out
+    }
+
+    #[test]
+    fn steps_send_from_the_buffers_only_what_nothing_writes_afterwards() {
+        for coll in Coll::ALL {
+            for algo in coll.algos().iter().copied() {
+                for n in 1..=9 {
+                    for hosts in [Hosts::flat(n), Hosts::blocks(&vec![1; n])] {
+                        for in_place in [false, true] {
+                            for rank in 0..n {
+                                let count = 23;
+                                let s = sched(coll, algo, n, rank, count, in_place, &hosts);
+                                let l = coll.layout(n, rank, count, n / 2, in_place);
+                                assert_eq!(lendable(&s, &l), reference(&s, &l), "{coll} {algo} n={n} rank {rank}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_ring_all_reduce_sends_from_its_buffers_all_it_can() {
+        let hosts = Hosts::flat(2);
+        let count = 40;
+        let sends = |in_place: bool| {
+            let s = sched(Coll::AllReduce, Algo::Ring, 2, 0, count, in_place, &hosts);
+            let l = Coll::AllReduce.layout(2, 0, count, 0, in_place);
+            let flags = lendable(&s, &l);
+            s.channels
+                .iter()
+                .zip(&flags)
+                .flat_map(|(ch, f)| ch.iter().zip(f))
+                .filter(|(st, _)| st.send_peer().is_some())
+                .map(|(_, &f)| f)
+                .collect::<Vec<bool>>()
+        };
+        // out of place: the input is never written, nor a result once sent
+        let out = sends(false);
+        assert!(!out.is_empty() && out.iter().all(|&f| f), "{out:?}");
+        // in place: a piece sent while reducing is received into later
+        // (the all-gather half), a piece sent while gathering is final
+        let inp = sends(true);
+        assert!(inp.iter().any(|&f| f) && inp.iter().any(|&f| !f), "{inp:?}");
+        // recursive doubling in place reduces into what it has just sent
+        let s = sched(Coll::AllReduce, Algo::RecursiveDoubling, 2, 0, count, true, &hosts);
+        let l = Coll::AllReduce.layout(2, 0, count, 0, true);
+        assert!(lendable(&s, &l).iter().flatten().all(|&f| !f));
+    }
 }

@@ -126,6 +126,44 @@ impl SendConn {
         }
     }
 
+    /// Whether this end can send straight from the caller's memory
+    /// ([`lend`](Self::lend)): sockets, whose kernel copies the bytes out
+    /// anyway, so a slot would only add a copy.
+    pub fn lends(&self) -> bool {
+        matches!(self, SendConn::Tcp(_))
+    }
+
+    /// Sends `bytes` bytes at `p` as the next message without copying them
+    /// into a slot; the slot [`reserve`](Self::reserve) returned goes back.
+    /// Only where [`lends`](Self::lends).
+    ///
+    /// # Safety
+    ///
+    /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
+    /// [`lent`](Self::lent) is 0 or [`forget_lent`](Self::forget_lent) has run.
+    pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
+        if let SendConn::Tcp(t) = self {
+            // SAFETY: the caller's contract is lend's.
+            unsafe { t.lend_bytes(p, bytes, fp) }
+        }
+    }
+
+    /// Messages of lent memory not yet fully handed to the kernel.
+    pub fn lent(&self) -> usize {
+        match self {
+            SendConn::Tcp(t) => t.lent(),
+            _ => 0,
+        }
+    }
+
+    /// Drops lent messages not yet sent (their memory is about to go: the
+    /// call failed); a message cut short breaks this end.
+    pub fn forget_lent(&mut self) {
+        if let SendConn::Tcp(t) = self {
+            t.forget_lent_frames()
+        }
+    }
+
     /// Pushes staged data on (TCP); a no-op for memory FIFOs.
     pub fn flush(&mut self) -> Result<()> {
         match self {

@@ -36,8 +36,6 @@ const HAS_CRC: u64 = 1 << 32;
 /// First fingerprint word of a sender's last frame saying it is failing
 /// because the endpoint in the second word is gone.
 const LOST: u64 = u64::MAX;
-/// The slot index of frames that carry no slot (the lost notice).
-const NO_SLOT: usize = usize::MAX;
 
 fn header(len: usize, fp: &[u64; 4], check: u64) -> [u8; HEADER] {
     let mut h = [0u8; HEADER];
@@ -301,14 +299,35 @@ impl Drop for Slots {
     }
 }
 
+/// Where a queued frame's payload is.
+#[derive(Clone, Copy)]
+enum Payload {
+    /// A slot of this end's ring.
+    Slot(usize),
+    /// The caller's memory, lent until written ([`TcpSend::lend`]).
+    Lent(*const u8),
+    /// None (the lost notice).
+    Empty,
+}
+
+/// A frame waiting for its socket: payload, length, fingerprint, checksum word.
+#[derive(Clone, Copy)]
+struct Frame {
+    payload: Payload,
+    len: usize,
+    fp: [u64; 4],
+    check: u64,
+}
+
 struct SendSock {
     stream: TcpStream,
-    queue: VecDeque<(usize, usize, [u64; 4], u64)>,
+    queue: VecDeque<Frame>,
     off: usize,
     flag: Arc<SockFlag>,
 }
 
-/// The sending end: staged slots written out as the sockets take them.
+/// The sending end: staged slots, and lent memory, written out as the
+/// sockets take them.
 pub struct TcpSend {
     peer: usize,
     checksum: bool,
@@ -317,8 +336,15 @@ pub struct TcpSend {
     free: Vec<usize>,
     reserved: Option<usize>,
     next: usize,
+    /// Frames of lent memory not yet fully written.
+    lent: usize,
     err: Option<Error>,
 }
+
+// SAFETY: the lent pointers in the queues are only read, by whichever
+// thread owns this end, and the lender keeps them valid until they are
+// written or forgotten (`lend`'s contract); the rest is owned data.
+unsafe impl Send for TcpSend {}
 
 impl TcpSend {
     /// Writes what the sockets accept now; slots fully written become free.
@@ -327,14 +353,18 @@ impl TcpSend {
             return Err(e.clone());
         }
         for s in &mut self.socks {
-            while let Some(&(slot, len, fp, check)) = s.queue.front() {
+            while let Some(&Frame { payload, len, fp, check }) = s.queue.front() {
+                let data: &[u8] = match payload {
+                    Payload::Slot(slot) => self.slots.bytes(slot, len),
+                    // SAFETY: lent memory of `len` bytes, valid until written (`lend`).
+                    Payload::Lent(p) => unsafe { std::slice::from_raw_parts(p, len) },
+                    Payload::Empty => &[],
+                };
                 let r = if s.off < HEADER {
                     // header and payload in one call: one segment, not two
                     let h = header(len, &fp, check);
-                    let data: &[u8] = if slot == NO_SLOT { &[] } else { self.slots.bytes(slot, len) };
                     s.stream.write_vectored(&[IoSlice::new(&h[s.off..]), IoSlice::new(data)])
                 } else {
-                    let data = self.slots.bytes(slot, len);
                     s.stream.write(&data[s.off - HEADER..])
                 };
                 match r {
@@ -344,8 +374,10 @@ impl TcpSend {
                         if s.off == HEADER + len {
                             s.queue.pop_front();
                             s.off = 0;
-                            if slot != NO_SLOT {
-                                self.free.push(slot);
+                            match payload {
+                                Payload::Slot(slot) => self.free.push(slot),
+                                Payload::Lent(_) => self.lent -= 1,
+                                Payload::Empty => {}
                             }
                         }
                     }
@@ -372,7 +404,7 @@ impl TcpSend {
     /// gone, and pushes what the sockets take now.
     pub fn announce_lost(&mut self, lost: usize) {
         for s in &mut self.socks {
-            s.queue.push_back((NO_SLOT, 0, [LOST, lost as u64, 0, 0], 0));
+            s.queue.push_back(Frame { payload: Payload::Empty, len: 0, fp: [LOST, lost as u64, 0, 0], check: 0 });
         }
         let _ = self.pump();
     }
@@ -390,16 +422,71 @@ impl TcpSend {
             let k = self.socks.len();
             let check =
                 if self.checksum { HAS_CRC | u64::from(crc32fast::hash(self.slots.bytes(slot, bytes))) } else { 0 };
-            self.socks[self.next % k].queue.push_back((slot, bytes, *fp, check));
+            self.socks[self.next % k].queue.push_back(Frame {
+                payload: Payload::Slot(slot),
+                len: bytes,
+                fp: *fp,
+                check,
+            });
             self.next += 1;
             let _ = self.pump();
+        }
+    }
+
+    /// Sends `bytes` bytes at `p` as the next message, straight from there
+    /// rather than through a slot (a slot reserved for it goes back).
+    ///
+    /// # Safety
+    ///
+    /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
+    /// [`lent`](Self::lent) says every lent frame is written or
+    /// [`forget_lent`](Self::forget_lent) has run.
+    unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
+        if let Some(slot) = self.reserved.take() {
+            self.free.push(slot);
+        }
+        let check = if self.checksum {
+            // SAFETY: valid for `bytes` bytes (the caller's contract).
+            let data = unsafe { std::slice::from_raw_parts(p, bytes) };
+            HAS_CRC | u64::from(crc32fast::hash(data))
+        } else {
+            0
+        };
+        let k = self.socks.len();
+        self.socks[self.next % k].queue.push_back(Frame { payload: Payload::Lent(p), len: bytes, fp: *fp, check });
+        self.next += 1;
+        self.lent += 1;
+        let _ = self.pump();
+    }
+
+    /// Drops every lent frame not yet written, so its memory may go: the
+    /// lender is failing. A frame already partly written leaves the stream
+    /// cut mid-frame, so this end fails from then on.
+    fn forget_lent(&mut self) {
+        if self.lent == 0 {
+            return;
+        }
+        let mut cut = false;
+        for s in &mut self.socks {
+            let partly = s.off > 0 && matches!(s.queue.front(), Some(f) if matches!(f.payload, Payload::Lent(_)));
+            s.queue.retain(|f| !matches!(f.payload, Payload::Lent(_)));
+            if partly {
+                s.off = 0;
+                cut = true;
+            }
+        }
+        self.lent = 0;
+        if cut {
+            self.fail("a failed call's data was cut off mid-frame");
         }
     }
 }
 
 impl Drop for TcpSend {
-    /// Whatever is still staged goes out before the sockets close.
+    /// Whatever is still staged goes out before the sockets close; lent
+    /// memory may be gone by now, so it does not.
     fn drop(&mut self) {
+        self.forget_lent();
         for s in &self.socks {
             let _ = s.stream.set_nonblocking(false);
             let _ = s.stream.set_write_timeout(Some(Duration::from_secs(10)));
@@ -598,6 +685,7 @@ impl Transport for Tcp {
             free,
             reserved: None,
             next: 0,
+            lent: 0,
             err: None,
         }))
     }
@@ -662,6 +750,20 @@ impl TcpSend {
     }
     pub(crate) fn slot_memory(&self) -> (*mut u8, usize) {
         (self.slots.base, self.slots.layout.size())
+    }
+    /// # Safety
+    ///
+    /// As [`TcpSend::lend`].
+    pub(crate) unsafe fn lend_bytes(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
+        // SAFETY: the caller's contract is lend's.
+        unsafe { self.lend(p, bytes, fp) }
+    }
+    /// Lent frames not yet fully written.
+    pub(crate) fn lent(&self) -> usize {
+        self.lent
+    }
+    pub(crate) fn forget_lent_frames(&mut self) {
+        self.forget_lent()
     }
 }
 
@@ -786,6 +888,37 @@ mod tests {
         let mut r = rx.connect_recv(key, small).expect("recv");
         let e = relay(&mut s, &mut r, &[vec![1; 1024]]).expect_err("oversized frame");
         assert_eq!(e.to_string(), "transport: frame of 1024 bytes exceeds a slot of 64");
+    }
+
+    #[test]
+    fn lent_memory_goes_out_as_it_is_and_a_failing_call_takes_it_back() {
+        let rx = transport(1, false);
+        let rx_addr = rx.shared.listener.local_addr().expect("addr");
+        let tx = Tcp::new(0, [9; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), vec![rx_addr; 2], 1, false);
+        let ring = Geometry { nslots: 2, slot_bytes: 1024 };
+        let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
+        let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
+        assert!(s.lends());
+        // lent memory arrives like a slot, in order with slots
+        let a: Vec<u8> = (0..1000).map(|i| i as u8).collect();
+        // SAFETY: `a` outlives the frame, which is written before `lent` is 0 (checked below).
+        unsafe { s.lend(a.as_ptr(), a.len(), &[0; 4]) };
+        let b = vec![5u8; 1024];
+        assert_eq!(relay(&mut s, &mut r, std::slice::from_ref(&b)).expect("relayed"), vec![a]);
+        assert_eq!(next(&mut r).expect("slot frame"), b);
+        assert_eq!(s.lent(), 0);
+        // more than the sockets hold, never read: still lent; taken back,
+        // the stream is cut mid-frame and this end fails
+        let big = vec![3u8; 64 << 20];
+        // SAFETY: `big` outlives the frame until `forget_lent` below.
+        unsafe { s.lend(big.as_ptr(), big.len(), &[0; 4]) };
+        s.flush().expect("no error yet");
+        assert_eq!(s.lent(), 1);
+        s.forget_lent();
+        assert_eq!(s.lent(), 0);
+        drop(big);
+        let e = s.flush().expect_err("cut mid-frame");
+        assert!(e.to_string().contains("cut off mid-frame"), "{e}");
     }
 
     #[test]

@@ -146,8 +146,26 @@ fn movements<T: Elem>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Che
     g.ibarrier().wait().map_err(err)
 }
 
-/// Runs the whole matrix on this rank.
+/// Elements of the large calls ([`large`]): a few MiB, not a multiple of
+/// anything, so every step spans several slots and ends in a partial one.
+pub const LARGE: usize = (3 << 18) + 5;
+
+/// Large calls, in place and not, each spanning many slots: where a
+/// transport sends straight from the call's buffers, what it sends must
+/// not be written over before it has gone (the process tests over TCP).
+pub fn large(g: &Group, seed: u64) -> Check {
+    let mut call = 1 << 20;
+    reductions::<f32, Sum>(g, seed, &mut call, LARGE, true)?;
+    reductions::<i32, Prod>(g, seed, &mut call, LARGE, true)?;
+    movements::<f32>(g, seed, &mut call, LARGE)
+}
+
+/// Runs the whole matrix on this rank; with `CCL_TEST_LARGE=1`, also the
+/// [`large`] calls.
 pub fn everything(g: &Group, seed: u64) -> Check {
+    if std::env::var("CCL_TEST_LARGE").as_deref() == Ok("1") {
+        large(g, seed)?;
+    }
     let mut call = 0;
     for count in COUNTS {
         reductions::<f32, Sum>(g, seed, &mut call, count, true)?;
