@@ -97,12 +97,6 @@ const HELLO_WITHIN: Duration = Duration::from_secs(5);
 /// unanswered probes before the kernel declares the link dead (~16 s).
 const KEEPALIVE: (i32, i32, i32) = (10, 2, 3);
 
-/// Milliseconds sent data may stay unacknowledged before the kernel
-/// declares the link dead: keepalive probes only idle sockets, so without
-/// this a rank with data in flight to a host whose link went down would
-/// retransmit for the kernel's ~15 minutes while its peers notice in 16 s.
-const USER_TIMEOUT_MS: i32 = (KEEPALIVE.0 + KEEPALIVE.1 * KEEPALIVE.2) * 1000;
-
 /// The local address this host uses to reach `to`: found by connecting a
 /// UDP socket, which only looks up the route and sends nothing.
 pub fn route_source(to: std::net::SocketAddr) -> std::io::Result<std::net::IpAddr> {
@@ -113,10 +107,9 @@ pub fn route_source(to: std::net::SocketAddr) -> std::io::Result<std::net::IpAdd
     Ok(u.local_addr()?.ip())
 }
 
-/// Turns on TCP keepalive with [`KEEPALIVE`] and bounds unacknowledged
-/// data by [`USER_TIMEOUT_MS`], so that a peer host whose link goes down
-/// turns into a socket error instead of a silent wait, whether this end
-/// was idle or sending (also used by cclrun for its SSH sessions).
+/// Turns on TCP keepalive with [`KEEPALIVE`], so that a peer host whose
+/// link goes down turns into a socket error instead of a silent wait
+/// (also used by cclrun for its SSH sessions).
 pub fn keepalive(s: &TcpStream) -> std::io::Result<()> {
     let fd = s.as_raw_fd();
     let set = |level: i32, opt: i32, v: i32| -> std::io::Result<()> {
@@ -134,8 +127,7 @@ pub fn keepalive(s: &TcpStream) -> std::io::Result<()> {
     set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
     set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE.0)?;
     set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, KEEPALIVE.1)?;
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE.2)?;
-    set(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE.2)
 }
 
 fn io_err(what: &str, e: std::io::Error) -> Error {
@@ -939,7 +931,6 @@ mod tests {
         assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
         assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), KEEPALIVE.0);
         assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT), KEEPALIVE.2);
-        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 16_000);
     }
 
     #[test]
