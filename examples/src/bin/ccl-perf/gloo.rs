@@ -256,5 +256,5 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
     // so every call that mattered has ended: what this one says is moot.
     let _ = ctx.barrier();
     saved.map_err(|_| "--plot or --json: cannot write the file".to_string())?;
-    Ok(table.wrong)
+    Ok(table.wrong())
 }

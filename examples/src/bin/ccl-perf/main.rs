@@ -306,7 +306,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
             size = size.saturating_mul(self.a.factor);
         }
         table.footer();
-        if table.wrong > 0 {
+        if table.wrong() > 0 {
             std::process::exit(1);
         }
         Ok(table)

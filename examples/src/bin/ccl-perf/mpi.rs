@@ -117,5 +117,5 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
     if let Err(code) = table.save(a.plot.as_deref(), a.json.as_deref(), &title, "MPI") {
         return code;
     }
-    i32::from(table.wrong > 0)
+    i32::from(table.wrong() > 0)
 }

@@ -1,8 +1,10 @@
 //! nccl-tests' table: header and rows, shared by every backend.
 
+use serde::Serialize;
 use std::path::Path;
 
 /// One measured mode (out of place or in place) of one size.
+#[derive(Clone, Copy, Serialize)]
 pub struct Mode {
     /// Slowest rank's time per call, microseconds.
     pub time_us: f64,
@@ -59,16 +61,28 @@ fn row(bytes: usize, count: usize, ty: &str, redop: &str, root: i64, oop: &Mode,
     );
 }
 
+/// One size's measurements, as `--json` writes them.
+#[derive(Serialize)]
+struct Row {
+    coll: &'static str,
+    size: usize,
+    count: usize,
+    #[serde(rename = "type")]
+    ty: String,
+    redop: String,
+    root: i64,
+    ranks: usize,
+    out_of_place: Mode,
+    in_place: Mode,
+}
+
 /// A sweep's table: prints its rows (on the printing rank) and keeps them
 /// for the footer and for `--json` and `--plot`.
 pub struct Table {
     printer: bool,
     coll: &'static str,
     ranks: usize,
-    rows: Vec<serde_json::Value>,
-    bw_sum: f64,
-    /// Elements wrong, all rows together.
-    pub wrong: u64,
+    rows: Vec<Row>,
 }
 
 impl Table {
@@ -77,7 +91,7 @@ impl Table {
         if printer {
             header();
         }
-        Table { printer, coll, ranks, rows: Vec::new(), bw_sum: 0.0, wrong: 0 }
+        Table { printer, coll, ranks, rows: Vec::new() }
     }
 
     /// One size's row.
@@ -86,22 +100,31 @@ impl Table {
         if self.printer {
             row(bytes, count, ty, redop, root, oop, ip);
         }
-        self.bw_sum += oop.busbw + ip.busbw;
-        self.wrong += oop.wrong + ip.wrong;
-        let m =
-            |x: &Mode| serde_json::json!({"time_us": x.time_us, "algbw": x.algbw, "busbw": x.busbw, "wrong": x.wrong});
-        self.rows.push(serde_json::json!({
-            "coll": self.coll, "size": bytes, "count": count, "type": ty, "redop": redop,
-            "root": root, "ranks": self.ranks, "out_of_place": m(oop), "in_place": m(ip)
-        }));
+        self.rows.push(Row {
+            coll: self.coll,
+            size: bytes,
+            count,
+            ty: ty.into(),
+            redop: redop.into(),
+            root,
+            ranks: self.ranks,
+            out_of_place: *oop,
+            in_place: *ip,
+        });
+    }
+
+    /// Elements wrong, all rows together.
+    pub fn wrong(&self) -> u64 {
+        self.rows.iter().map(|r| r.out_of_place.wrong + r.in_place.wrong).sum()
     }
 
     /// Prints nccl-tests' footer: wrong elements and the mean busbw.
     pub fn footer(&self) {
         if self.printer {
-            let wrong = self.wrong;
+            let wrong = self.wrong();
+            let bw: f64 = self.rows.iter().map(|r| r.out_of_place.busbw + r.in_place.busbw).sum();
             println!("# Out of bounds values : {wrong} {}", if wrong == 0 { "OK" } else { "FAILED" });
-            println!("# Avg bus bandwidth    : {:.4}", self.bw_sum / (2 * self.rows.len()).max(1) as f64);
+            println!("# Avg bus bandwidth    : {:.4}", bw / (2 * self.rows.len()).max(1) as f64);
         }
     }
 
@@ -119,15 +142,12 @@ impl Table {
             })
         };
         if let Some(path) = plot {
-            let line = |mode: &str| ccl_examples::plot::Series {
+            let line = |mode: &str, of: fn(&Row) -> &Mode| ccl_examples::plot::Series {
                 name: format!("{who} {mode}"),
-                points: self
-                    .rows
-                    .iter()
-                    .filter_map(|r| Some((r["size"].as_u64()? as usize, r[mode]["busbw"].as_f64()?)))
-                    .collect(),
+                points: self.rows.iter().map(|r| (r.size, of(r).busbw)).collect(),
             };
-            write(path, ccl_examples::plot::svg(title, &[line("out_of_place"), line("in_place")]))?;
+            let lines = [line("out_of_place", |r| &r.out_of_place), line("in_place", |r| &r.in_place)];
+            write(path, ccl_examples::plot::svg(title, &lines))?;
         }
         if let Some(path) = json {
             let doc = serde_json::json!({ "ranks": self.ranks, "backend": who, "results": self.rows });
