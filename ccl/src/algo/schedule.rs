@@ -157,6 +157,17 @@ impl Step {
         }
     }
 
+    /// The region of the call's memory whose contents this step sends as
+    /// they lie (a send, or what a fused step has just written and
+    /// forwards), if any: what a connection could send straight from there.
+    pub fn sends_as_is(&self) -> Option<Region> {
+        match *self {
+            Step::Send { src, .. } => Some(src),
+            Step::RecvReduceCopySend { dst, .. } | Step::RecvCopySend { dst, .. } => Some(dst),
+            _ => None,
+        }
+    }
+
     /// Regions written locally.
     pub fn writes(&self) -> Option<Region> {
         match *self {

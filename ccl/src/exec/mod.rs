@@ -57,11 +57,6 @@ fn lendable(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
         .enumerate()
         .flat_map(|(c, ch)| ch.iter().enumerate().filter_map(move |(i, st)| Some((c, i, l.resolve(st.writes()?)))))
         .collect();
-    let sent = |st: &Step| match *st {
-        Step::Send { src, .. } => Some(src),
-        Step::RecvReduceCopySend { dst, .. } | Step::RecvCopySend { dst, .. } => Some(dst),
-        _ => None,
-    };
     s.channels
         .iter()
         .enumerate()
@@ -69,7 +64,7 @@ fn lendable(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
             ch.iter()
                 .enumerate()
                 .map(|(i, st)| {
-                    sent(st).map(|r| l.resolve(r)).is_some_and(|r| {
+                    st.sends_as_is().map(|r| l.resolve(r)).is_some_and(|r| {
                         !writes.iter().any(|&(wc, wi, w)| {
                             !(wc == c && wi <= i) && w.buf == r.buf && w.off < r.end() && r.off < w.end()
                         })
@@ -678,12 +673,7 @@ mod tests {
         for (c, ch) in s.channels.iter().enumerate() {
             let mut row = Vec::new();
             for (i, st) in ch.iter().enumerate() {
-                let sent = match *st {
-                    Step::Send { src, .. } => Some(src),
-                    Step::RecvReduceCopySend { dst, .. } | Step::RecvCopySend { dst, .. } => Some(dst),
-                    _ => None,
-                };
-                row.push(sent.is_some_and(|r| {
+                row.push(st.sends_as_is().is_some_and(|r| {
                     let mine: std::collections::HashSet<_> = elems(l.resolve(r)).collect();
                     s.channels.iter().enumerate().all(|(c2, ch2)| {
                         ch2.iter().enumerate().filter(|&(i2, _)| c2 != c || i2 > i).all(|(_, st2)| {

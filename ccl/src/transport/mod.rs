@@ -144,7 +144,7 @@ impl SendConn {
     pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
         if let SendConn::Tcp(t) = self {
             // SAFETY: the caller's contract is lend's.
-            unsafe { t.lend_bytes(p, bytes, fp) }
+            unsafe { t.lend(p, bytes, fp) }
         }
     }
 
@@ -160,7 +160,7 @@ impl SendConn {
     /// call failed); a message cut short breaks this end.
     pub fn forget_lent(&mut self) {
         if let SendConn::Tcp(t) = self {
-            t.forget_lent_frames()
+            t.forget_lent()
         }
     }
 

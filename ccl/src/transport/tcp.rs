@@ -439,7 +439,7 @@ impl TcpSend {
     /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
     /// [`lent`](Self::lent) says every lent frame is written or
     /// [`forget_lent`](Self::forget_lent) has run.
-    unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
+    pub(crate) unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
         if let Some(slot) = self.reserved.take() {
             self.free.push(slot);
         }
@@ -460,7 +460,7 @@ impl TcpSend {
     /// Drops every lent frame not yet written, so its memory may go: the
     /// lender is failing. A frame already partly written leaves the stream
     /// cut mid-frame, so this end fails from then on.
-    fn forget_lent(&mut self) {
+    pub(crate) fn forget_lent(&mut self) {
         if self.lent == 0 {
             return;
         }
@@ -475,7 +475,9 @@ impl TcpSend {
         }
         self.lent = 0;
         if cut {
-            self.fail("a failed call's data was cut off mid-frame");
+            // not the peer's doing: nothing to announce as lost
+            let why = format!("a failed call's data for rank {} was cut off mid-frame", self.peer);
+            self.err = Some(Error::transport(why));
         }
     }
 }
@@ -749,19 +751,9 @@ impl TcpSend {
     pub(crate) fn slot_memory(&self) -> (*mut u8, usize) {
         (self.slots.base, self.slots.layout.size())
     }
-    /// # Safety
-    ///
-    /// As [`TcpSend::lend`].
-    pub(crate) unsafe fn lend_bytes(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
-        // SAFETY: the caller's contract is lend's.
-        unsafe { self.lend(p, bytes, fp) }
-    }
     /// Lent frames not yet fully written.
     pub(crate) fn lent(&self) -> usize {
         self.lent
-    }
-    pub(crate) fn forget_lent_frames(&mut self) {
-        self.forget_lent()
     }
 }
 
