@@ -118,7 +118,7 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
     // fitted figures: ccl-sim's picks and times for the file are the tuner's
     // for the default model on 2 ranks sharing 2 cores
     use ccl::algo::Coll;
-    use ccl::sim::Model;
+    use ccl::sim::{Call, Model};
     use ccl::topo::Hosts;
     let topo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies/this-machine-shm.toml");
     let out =
@@ -129,7 +129,9 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
         let w: Vec<&str> = row.split_whitespace().collect();
         let count: usize = w[1].parse().expect("count");
         let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
-        let ours = ccl::tune::predictions(Coll::AllReduce, count, 4, 1, (512 << 10) / 4, &Hosts::blocks(&[2]), &model);
+        let call =
+            Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk: (512 << 10) / 4, slot: 8 << 10 };
+        let ours = ccl::tune::predictions(&call, &Hosts::blocks(&[2]), &model);
         let (algo, secs) = ours[0];
         assert_eq!(pick, algo.name(), "{row}");
         assert!((secs * 1e6 - us).abs() <= 0.05 + 1e-3 * us, "{row}: the default model says {:.1} us", secs * 1e6);

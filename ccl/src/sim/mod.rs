@@ -20,6 +20,27 @@ mod run;
 
 pub use run::{simulate, Prediction, MAX_STEPS};
 
+use crate::algo::Coll;
+
+/// A call to time: what it moves and how it is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The collective.
+    pub coll: Coll,
+    /// Elements per rank (as the collective counts them).
+    pub count: usize,
+    /// Bytes per element.
+    pub elem: usize,
+    /// The root, for rooted collectives.
+    pub root: usize,
+    /// Channels.
+    pub channels: usize,
+    /// Elements per pipeline piece.
+    pub chunk: usize,
+    /// Elements per slot: the unit in which a step's message moves.
+    pub slot: usize,
+}
+
 /// One kind of link: a per-message latency and a bandwidth.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Link {

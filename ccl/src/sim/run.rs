@@ -1,9 +1,9 @@
 //! Timing every rank's schedule together, in order of when each step can
 //! start.
 
-use super::Model;
+use super::{Call, Model};
 use crate::algo::schedule::Step;
-use crate::algo::{generate, Algo, Coll, Params};
+use crate::algo::{generate, Algo, Params};
 use crate::topo::Hosts;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -22,6 +22,8 @@ struct Sim<'a> {
     model: &'a Model,
     hosts: &'a Hosts,
     elem: f64,
+    /// Elements per slot.
+    slot: usize,
     /// Per rank, per channel: steps.
     sched: Vec<Vec<Vec<Step>>>,
     /// Per rank, per channel: next step and the time it may start.
@@ -41,8 +43,9 @@ struct Sim<'a> {
     /// Per network link: when it is free, out and in.
     nic_out: Vec<f64>,
     nic_in: Vec<f64>,
-    /// Arrival times of messages not yet received, per (from, to, channel).
-    wire: HashMap<(usize, usize, usize), VecDeque<f64>>,
+    /// Arrival times of the first and last slots of messages not yet
+    /// received, per (from, to, channel).
+    wire: HashMap<(usize, usize, usize), VecDeque<(f64, f64)>>,
     /// Channels waiting for a message on (from, to, channel).
     waiting: HashMap<(usize, usize, usize), (usize, usize)>,
 }
@@ -53,24 +56,28 @@ fn key(t: f64) -> Reverse<u64> {
 }
 
 impl Sim<'_> {
-    /// Sends `elems` from `from` to `to` at time `t`; when it arrives.
-    /// Within a host only the hand-off is counted here: moving the bytes
-    /// is the receiver's work ([`pull`](Self::pull)).
-    fn transfer(&mut self, from: usize, to: usize, ch: usize, elems: usize, t: f64) {
+    /// Sends `elems` from `from` to `to`, its first slot ready at `first`
+    /// and its last at `last`; records when they arrive. Within a host only
+    /// the hand-off is counted here: moving the bytes is the receiver's
+    /// work ([`pull`](Self::pull)).
+    fn transfer(&mut self, (from, to, ch): (usize, usize, usize), elems: usize, first: f64, last: f64) {
         let bytes = elems as f64 * self.elem;
         let (hf, ht) = (self.hosts.host_of(from), self.hosts.host_of(to));
-        let arrive = self.wake[to]
-            + if hf == ht {
-                t + self.model.intra.latency
-            } else {
-                let (nf, nt) = (self.nic[from], self.nic[to]);
-                let start = t.max(self.nic_out[nf]).max(self.nic_in[nt]);
-                let end = start + bytes / self.model.inter.bandwidth;
-                self.nic_out[nf] = end;
-                self.nic_in[nt] = end;
-                end + self.model.inter.latency
-            };
-        self.wire.entry((from, to, ch)).or_default().push_back(arrive);
+        let (a, b) = if hf == ht {
+            (first + self.model.intra.latency, last + self.model.intra.latency)
+        } else {
+            // the link carries the message once its first slot is ready,
+            // and its last slot cannot leave before it is ready
+            let (nf, nt) = (self.nic[from], self.nic[to]);
+            let bw = self.model.inter.bandwidth;
+            let slot = elems.min(self.slot) as f64 * self.elem / bw;
+            let start = first.max(self.nic_out[nf]).max(self.nic_in[nt]);
+            let end = (start + bytes / bw).max(last + slot);
+            self.nic_out[nf] = end;
+            self.nic_in[nt] = end;
+            (start + slot + self.model.inter.latency, end + self.model.inter.latency)
+        };
+        self.wire.entry((from, to, ch)).or_default().push_back((a + self.wake[to], b + self.wake[to]));
     }
 
     /// Local work of a step on rank `r`, seconds: the fused steps' second
@@ -110,45 +117,54 @@ impl Sim<'_> {
         let mut heap = BinaryHeap::new();
         for (r, chans) in self.sched.iter().enumerate() {
             for c in 0..chans.len() {
-                heap.push((key(0.0), r, c));
+                heap.push((key(0.0), key(0.0), r, c));
             }
         }
         let (mut end, mut steps) = (0.0f64, 0usize);
-        while let Some((Reverse(tb), r, c)) = heap.pop() {
+        // by when a step can start, then (channels of one rank waiting for
+        // its thread) by when it was ready: the executor serves them in turn
+        while let Some((Reverse(tb), _, r, c)) = heap.pop() {
             let (pc, t0) = self.pc[r][c];
             let Some(step) = self.sched[r][c].get(pc).cloned() else {
                 end = end.max(t0);
                 continue;
             };
-            let mut start = t0.max(self.cpu[r]);
+            // slot by slot: a step starts on its first slot, sends on its
+            // first as soon as it is done with it, and ends one slot's share
+            // of its work after its last arrived
+            let busy = self.work(r, &step) * self.slow[r] + self.pull(r, &step);
+            let per_slot = busy / step.len().div_ceil(self.slot).max(1) as f64;
+            let (mut ready, mut last) = (t0, 0.0f64);
             if let Some(from) = step.recv_peer() {
                 match self.wire.get(&(from, r, c)).and_then(VecDeque::front) {
-                    Some(&arrive) => start = start.max(arrive),
+                    Some(&(f, l)) => (ready, last) = (ready.max(f), l),
                     None => {
                         self.waiting.insert((from, r, c), (r, c));
                         continue;
                     }
                 }
             }
+            let start = ready.max(self.cpu[r]);
             if start.to_bits() > tb {
-                heap.push((key(start), r, c)); // something ran first; try again in time order
+                heap.push((key(start), key(ready), r, c)); // something ran first; try again in time order
                 continue;
             }
             if let Some(from) = step.recv_peer() {
                 self.wire.get_mut(&(from, r, c)).and_then(VecDeque::pop_front);
             }
-            let done = start + self.work(r, &step) * self.slow[r] + self.pull(r, &step);
-            self.cpu[r] = done;
+            let done = (start + busy).max(last + per_slot);
+            // waiting for slots, the thread serves the other channels
+            self.cpu[r] = start + busy;
             if let Some((to, len)) = step.send_peer().map(|to| (to, step.len())) {
-                self.transfer(r, to, c, len, done);
+                self.transfer((r, to, c), len, start + per_slot, done);
                 if let Some((wr, wc)) = self.waiting.remove(&(r, to, c)) {
-                    let t = self.pc[wr][wc].1.max(self.cpu[wr]);
-                    heap.push((key(t), wr, wc));
+                    let t = self.pc[wr][wc].1;
+                    heap.push((key(t.max(self.cpu[wr])), key(t), wr, wc));
                 }
             }
             self.pc[r][c] = (pc + 1, done);
             steps += 1;
-            heap.push((key(done), r, c));
+            heap.push((key(done), key(done), r, c));
         }
         if let Some(((from, to, c), _)) = self.waiting.iter().next() {
             return Err(format!("rank {to} waits forever for rank {from} on channel {c}"));
@@ -163,21 +179,10 @@ impl Sim<'_> {
 /// tuner does not consider them.
 pub const MAX_STEPS: usize = 4_000_000;
 
-/// Times `algo` running `coll` of `count` elements of `elem_size` bytes on
-/// `hosts` under `model`, with `channels` channels and pieces of `chunk`
-/// elements. Every rank's schedule is generated and all run together.
-#[allow(clippy::too_many_arguments)]
-pub fn simulate(
-    coll: Coll,
-    algo: Algo,
-    count: usize,
-    elem_size: usize,
-    root: usize,
-    channels: usize,
-    chunk: usize,
-    hosts: &Hosts,
-    model: &Model,
-) -> Result<Prediction, String> {
+/// Times `algo` running `call` on `hosts` under `model`. Every rank's
+/// schedule is generated and all run together.
+pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result<Prediction, String> {
+    let &Call { coll, count, elem: elem_size, root, channels, chunk, slot } = call;
     let n = hosts.nranks();
     let mut sched = Vec::with_capacity(n);
     for rank in 0..n {
@@ -217,6 +222,7 @@ pub fn simulate(
         model,
         hosts,
         elem: elem_size as f64,
+        slot: slot.max(1),
         pc: sched.iter().map(|chans| vec![(0, 0.0); chans.len()]).collect(),
         sched,
         cpu: vec![0.0; n],
@@ -236,14 +242,20 @@ pub fn simulate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::Coll;
     use crate::sim::Link;
+
+    /// A call of `count` f32 in pieces of `chunk`, through 32 KiB slots.
+    fn call(coll: Coll, count: usize, root: usize, channels: usize, chunk: usize) -> Call {
+        Call { coll, count, elem: 4, root, channels, chunk, slot: 8 << 10 }
+    }
 
     fn model(inter_gbps: f64) -> Model {
         Model::DEFAULT.with_inter(Link { latency: 30e-6, bandwidth: inter_gbps * 1e9 / 8.0 })
     }
 
     fn time(coll: Coll, algo: Algo, count: usize, hosts: &Hosts, m: &Model) -> f64 {
-        simulate(coll, algo, count, 4, 0, 1, 1 << 16, hosts, m).expect("simulates").seconds
+        simulate(&call(coll, count, 0, 1, 1 << 16), algo, hosts, m).expect("simulates").seconds
     }
 
     #[test]
@@ -265,7 +277,7 @@ mod tests {
         // the time a rank spends pulling data out of the other core
         let hosts = Hosts::flat(2);
         let m = Model { intra: Link { latency: 0.2e-6, bandwidth: 5e9 }, ..model(10.0) };
-        let t = |a| simulate(Coll::AllReduce, a, 1 << 20, 4, 0, 1, 1 << 16, &hosts, &m).expect("simulates").seconds;
+        let t = |a| simulate(&call(Coll::AllReduce, 1 << 20, 0, 1, 1 << 16), a, &hosts, &m).expect("simulates").seconds;
         let (ring, tree) = (t(Algo::Ring), t(Algo::Tree));
         assert!(tree > 0.97 * ring, "ring {ring} tree {tree}");
         // and it is counted: each rank pulls 4 MiB at 5 GB/s
@@ -329,13 +341,46 @@ mod tests {
     }
 
     #[test]
+    fn a_message_moves_slot_by_slot_along_a_chain() {
+        // a ring broadcast of one piece over 8 hosts is a chain of 7 hops:
+        // each forwards a slot as soon as it has it, so the chain costs the
+        // piece once plus a slot per hop, not the piece per hop
+        let hosts = Hosts::blocks(&[1; 8]);
+        let m = model(8.0);
+        let count = 1 << 20;
+        let t = |slot: usize| {
+            let c = Call { slot, ..call(Coll::Broadcast, count, 0, 1, count) };
+            simulate(&c, Algo::Ring, &hosts, &m).expect("simulates").seconds
+        };
+        let piece = (count * 4) as f64 / m.inter.bandwidth;
+        let (whole, slotted) = (t(count), t(count / 64));
+        assert!(whole > 7.0 * piece, "one slot per piece: {whole} s, a piece takes {piece} s");
+        assert!(slotted < 1.3 * piece, "64 slots per piece: {slotted} s, a piece takes {piece} s");
+    }
+
+    #[test]
+    fn channels_of_one_rank_take_turns() {
+        // the double tree's two channels share each rank's thread: cutting
+        // pieces into slots lets steps start sooner, and must not let one
+        // channel keep the thread while the other's steps wait behind it
+        let hosts = Hosts::blocks(&[4]);
+        let m = Model::DEFAULT.with_cores(4);
+        let t = |slot: usize| {
+            let c = Call { slot, ..call(Coll::AllReduce, 1 << 19, 0, 1, 1 << 17) };
+            simulate(&c, Algo::Tree, &hosts, &m).expect("simulates").seconds
+        };
+        let (whole, slotted) = (t(1 << 17), t(8 << 10));
+        assert!(slotted < 1.05 * whole, "slots {slotted} s vs whole pieces {whole} s");
+    }
+
+    #[test]
     fn every_generator_simulates_to_the_end() {
         for n in [1usize, 2, 3, 5, 8] {
             let hosts = Hosts::blocks(&[n.div_ceil(2), n / 2].into_iter().filter(|&s| s > 0).collect::<Vec<_>>());
             // send and recv pair across two calls: nothing to time alone
             for coll in Coll::ALL.into_iter().filter(|c| !matches!(c, Coll::Send | Coll::Recv)) {
                 for &algo in coll.algos() {
-                    let r = simulate(coll, algo, 1000, 4, n - 1, 2, 64, &hosts, &model(10.0));
+                    let r = simulate(&call(coll, 1000, n - 1, 2, 64), algo, &hosts, &model(10.0));
                     let p = r.unwrap_or_else(|e| panic!("{coll} {algo} n={n}: {e}"));
                     assert!(p.seconds >= 0.0 && p.seconds.is_finite());
                 }

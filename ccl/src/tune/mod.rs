@@ -18,7 +18,7 @@ pub use rules::Rules;
 
 use crate::algo::{Algo, Coll};
 use crate::config::{Config, LogLevel};
-use crate::sim::{simulate, Model};
+use crate::sim::{simulate, Call, Model};
 use crate::topo::Hosts;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,8 +132,8 @@ impl Tuner {
                         let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
                         let ruled = rules.get(coll, hosts.nranks(), hosts.groups().len(), class);
                         drop(rules);
-                        let a =
-                            ruled.unwrap_or_else(|| self.predict_best(coll, count, elem, channels, chunk, hosts, cfg));
+                        let call = Call { coll, count, elem, root: 0, channels, chunk, slot: slot_elems };
+                        let a = ruled.unwrap_or_else(|| self.predict_best(&call, hosts, cfg));
                         self.memo.lock().unwrap_or_else(|p| p.into_inner()).insert(key, a);
                         a
                     }
@@ -143,28 +143,19 @@ impl Tuner {
         Choice { algo, channels, chunk, slot_elems }
     }
 
-    /// Times every algorithm for `coll` and returns the fastest; under
+    /// Times every algorithm for `call` and returns the fastest; under
     /// `CCL_DEBUG=INFO` says what it chose and why.
-    #[allow(clippy::too_many_arguments)]
-    fn predict_best(
-        &self,
-        coll: Coll,
-        count: usize,
-        elem: usize,
-        channels: usize,
-        chunk: usize,
-        hosts: &Hosts,
-        cfg: &Config,
-    ) -> Algo {
+    fn predict_best(&self, call: &Call, hosts: &Hosts, cfg: &Config) -> Algo {
         let model = self.model();
-        let times = predictions(coll, count, elem, channels, chunk, hosts, &model);
+        let times = predictions(call, hosts, &model);
+        let &Call { coll, count, elem, channels, chunk, slot, .. } = call;
         let best = times.first().map_or(coll.algos()[0], |t| t.0);
         if self.loud && cfg.debug >= LogLevel::Info {
             let bytes = count.saturating_mul(elem);
             let why: Vec<String> = times.iter().map(|(a, t)| format!("{a} {:.1} us", t * 1e6)).collect();
             eprintln!(
                 "ccl INFO {coll} {} class (first call {bytes} B) on {} ranks / {} hosts: {best}, {channels} channel(s), \
-                 pieces of {chunk} elements; predicted {} (network {})",
+                 pieces of {chunk} elements in slots of {slot}; predicted {} (network {})",
                 human(1usize << size_class(bytes)),
                 hosts.nranks(),
                 hosts.groups().len(),
@@ -183,28 +174,18 @@ impl Tuner {
 /// model put tree 0.5 % ahead at 2 MiB, measured it was 5-20 % behind.
 pub const TIE: f64 = 0.02;
 
-/// Every algorithm for `coll`, with its predicted seconds under `model`,
-/// the tuner's pick first (the fastest, or the first listed of those
-/// within [`TIE`] of it), then the others fastest first.
-#[allow(clippy::too_many_arguments)]
-pub fn predictions(
-    coll: Coll,
-    count: usize,
-    elem: usize,
-    channels: usize,
-    chunk: usize,
-    hosts: &Hosts,
-    model: &Model,
-) -> Vec<(Algo, f64)> {
-    let sim_chunk = chunk.max(count / SIM_PIECES);
-    let mut times: Vec<(Algo, f64)> = coll
+/// Every algorithm for `call`'s collective, with its predicted seconds
+/// under `model`, the tuner's pick first (the fastest, or the first listed
+/// of those within [`TIE`] of it), then the others fastest first.
+pub fn predictions(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    let call = Call { chunk: call.chunk.max(call.count / SIM_PIECES), ..*call };
+    let mut times: Vec<(Algo, f64)> = call
+        .coll
         .algos()
         .iter()
-        .filter_map(|&a| {
-            simulate(coll, a, count, elem, 0, channels, sim_chunk, hosts, model).ok().map(|p| (a, p.seconds))
-        })
+        .filter_map(|&a| simulate(&call, a, hosts, model).ok().map(|p| (a, p.seconds)))
         .collect();
-    pick_first(coll.algos(), &mut times);
+    pick_first(call.coll.algos(), &mut times);
     times
 }
 

@@ -10,7 +10,7 @@
 //! a rank's copies and reductions (see `ccl/topologies/`).
 
 use ccl::algo::Coll;
-use ccl::sim::{Link, Model};
+use ccl::sim::{Call, Link, Model};
 use ccl::topo::Hosts;
 use ccl::tune::predictions;
 use ccl_examples::{busbw_factor, parse_bytes};
@@ -63,6 +63,10 @@ struct Args {
     /// Bytes per pipeline piece
     #[arg(long, default_value = "512K")]
     chunk: String,
+    /// Bytes per slot (default: as ccl cuts them on these hosts, 32K within
+    /// a host, 512K where every link is TCP)
+    #[arg(long)]
+    slot: Option<String>,
     /// Override the file's host count
     #[arg(long)]
     hosts: Option<usize>,
@@ -154,6 +158,11 @@ fn run(a: &Args) -> Result<(), String> {
     let n = nh * per;
     let elem = a.elem.max(1);
     let chunk = (parse_bytes(&a.chunk)? / elem).max(1);
+    let slot_bytes = match &a.slot {
+        Some(s) => parse_bytes(s)?,
+        None => ccl::Config::default().slots_on(&hosts).slot_bytes,
+    };
+    let slot = (slot_bytes / elem).max(1);
     // a reader that goes away (`ccl-sim ... | head`) ends the program quietly
     let mut o = std::io::stdout().lock();
     let algos = coll.algos();
@@ -184,7 +193,8 @@ fn run(a: &Args) -> Result<(), String> {
         algos.iter().map(|al| ccl_examples::plot::Series { name: al.name().into(), points: Vec::new() }).collect();
     while size <= max {
         let count = size / elem;
-        let times = predictions(coll, count, elem, a.channels.max(1), chunk, &hosts, &model);
+        let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot };
+        let times = predictions(&call, &hosts, &model);
         out!(o, "  {size:>12} {count:>12}");
         for (al, line) in algos.iter().zip(&mut lines) {
             match times.iter().find(|(x, _)| x == al) {
