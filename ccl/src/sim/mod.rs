@@ -5,13 +5,20 @@
 //! a message costs a latency plus its bytes over a bandwidth. Ranks of one
 //! host talk through shared memory (each connection on its own; the bytes
 //! over the bandwidth are the receiver's busy time, fetching them out of
-//! the other core, which its other channels cannot use); between
+//! the other core, which its other channels cannot use; a message's first
+//! slot comes slower, before the prefetcher runs ahead; and a slot that
+//! waits for a receiver without a core, while the call streams more than
+//! the cache holds, comes from memory at the speed of a copy); between
 //! hosts, every host has `nics` network links (a rank uses link `local
 //! rank % nics`, as NCCL pairs GPUs with NICs), each direction of which
 //! carries one message at a time, so concurrent transfers share it. Every rank has
 //! one progress thread: its local work (copying into and out of slots,
-//! reducing) is serial across its channels. Slots are taken as plentiful
-//! (the verifier has already shown the schedules cannot deadlock on them).
+//! reducing) is serial across its channels, which it serves in the order
+//! they became ready. A step's message moves slot by slot, as the executor
+//! moves it: the receiver starts on the first slot and forwards it while
+//! the next arrives, and ends one slot's work after the last. Slots are
+//! taken as plentiful (the verifier has already shown the schedules cannot
+//! deadlock on them).
 //!
 //! The tuner picks the algorithm with the least predicted time; `ccl-sim`
 //! prints the predictions for a described cluster.
@@ -56,6 +63,10 @@ pub struct Model {
     /// Between ranks of one host (shared memory; the bandwidth is the
     /// receiver's rate of fetching from the sender's core).
     pub intra: Link,
+    /// Bytes per second at which a receiver fetches the first slot of a
+    /// message from another core of its host, on top of `intra`: line by
+    /// line, before the hardware prefetcher runs ahead (0: not modelled).
+    pub first_slot: f64,
     /// Each of a host's network links (each direction).
     pub inter: Link,
     /// Network links per host.
@@ -88,6 +99,7 @@ impl Model {
     /// measured.
     pub const DEFAULT: Model = Model {
         intra: Link { latency: 0.2e-6, bandwidth: 80e9 },
+        first_slot: 30e9,
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
         nics: 1,
         copy: 18e9,

@@ -38,6 +38,8 @@ struct Sim<'a> {
     hot: Vec<f64>,
     /// Per rank: how long a message to it waits for it to get a core.
     wake: Vec<f64>,
+    /// Per rank: bytes per second it fetches what a rank of its host sent.
+    fetch: Vec<f64>,
     /// Per rank: its network link (host × nics + local rank % nics).
     nic: Vec<usize>,
     /// Per network link: when it is free, out and in.
@@ -102,11 +104,14 @@ impl Sim<'_> {
 
     /// Seconds rank `r` spends fetching what `step` receives from a rank of
     /// its own host (out of the other core's cache): busy time, which its
-    /// other channels cannot use. Across hosts the network moves the bytes.
+    /// other channels cannot use; the message's first slot comes slower.
+    /// Across hosts the network moves the bytes.
     fn pull(&self, r: usize, step: &Step) -> f64 {
         match step.recv_peer() {
             Some(from) if self.hosts.host_of(from) == self.hosts.host_of(r) => {
-                step.len() as f64 * self.elem / self.model.intra.bandwidth
+                let m = self.model;
+                let first = if m.first_slot > 0.0 { step.len().min(self.slot) as f64 / m.first_slot } else { 0.0 };
+                (step.len() as f64 / self.fetch[r] + first) * self.elem
             }
             _ => 0.0,
         }
@@ -205,17 +210,25 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
     }
     let links = groups.len() * nics;
     let (mut slow, mut wake, mut hot) = (vec![1.0; n], vec![0.0; n], vec![1.0; n]);
+    let mut fetch = vec![model.intra.bandwidth; n];
     for g in &groups {
         let share = if model.cores > 0 { g.len() as f64 / model.cores as f64 } else { 1.0 };
         // every local rank's input and output
         let data = (2 * g.len() * count) as f64 * elem_size as f64;
+        let spills = model.cache > 0.0 && data > model.cache;
         // ranks time-sharing cores evict each other's data: no cache speed-up
-        let fits = model.cache > 0.0 && data <= model.cache && share <= 1.0;
+        let fits = model.cache > 0.0 && !spills && share <= 1.0;
         let speed = if fits { model.cached.max(f64::MIN_POSITIVE) } else { 1.0 };
         for &r in g {
             slow[r] = share.max(1.0) / speed;
             hot[r] = if fits || model.cache <= 0.0 { 1.0 } else { 1.0 / model.cached.max(1.0) };
             wake[r] = if share > 1.0 { model.switch * (1.0 - 1.0 / share) } else { 0.0 };
+            // a slot waiting for its receiver to get a core, while the call
+            // streams more data than the cache holds, is evicted meanwhile:
+            // the receiver fetches it from memory, at the speed of a copy
+            if share > 1.0 && spills {
+                fetch[r] = fetch[r].min(model.copy);
+            }
         }
     }
     let mut sim = Sim {
@@ -229,6 +242,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         slow,
         hot,
         wake,
+        fetch,
         nic,
         nic_out: vec![0.0; links],
         nic_in: vec![0.0; links],
@@ -325,7 +339,53 @@ mod tests {
         assert_eq!(no_fused_pass, time(Coll::AllReduce, Algo::RecursiveDoubling, count, &two, &uncached));
         let four = Hosts::blocks(&[4]);
         let shared = |m: Model| time(Coll::AllReduce, Algo::Ring, count, &four, &m.with_cores(2));
-        assert_eq!(shared(cached), shared(too_small), "time-sharing ranks evict each other");
+        // (fetching from other cores at copy speed, which is what a slot
+        // evicted while it waits costs: that alone would tell them apart)
+        let fetch_at_copy = |m: Model| Model { intra: Link { bandwidth: m.copy, ..m.intra }, ..m };
+        assert_eq!(
+            shared(fetch_at_copy(cached)),
+            shared(fetch_at_copy(too_small)),
+            "time-sharing ranks evict each other"
+        );
+    }
+
+    #[test]
+    fn a_message_s_first_slot_comes_slower_from_another_core() {
+        // 2 ranks of one host: recursive doubling exchanges one message
+        // each way; the receiver fetches its first slot at `first_slot`
+        let hosts = Hosts::blocks(&[2]);
+        let (slot, none) = (8 << 10, Model { first_slot: 0.0, ..Model::DEFAULT });
+        let slowly = Model { first_slot: 1e9, ..none };
+        let t = |count: usize, m: &Model| {
+            let c = Call { slot, ..call(Coll::AllReduce, count, 0, 1, count) };
+            simulate(&c, Algo::RecursiveDoubling, &hosts, m).expect("simulates").seconds
+        };
+        let one_slot = (slot * 4) as f64 / 1e9;
+        for count in [slot / 2, slot, 16 * slot] {
+            // as large as the message up to a slot, once per message (one
+            // piece here)
+            let extra = t(count, &slowly) - t(count, &none);
+            let want = one_slot * (count.min(slot) as f64 / slot as f64);
+            assert!((extra - want).abs() < 1e-3 * want, "{count} elements: {extra} s more, not {want}");
+        }
+    }
+
+    #[test]
+    fn slots_waiting_for_a_core_come_from_memory_when_the_data_spills_the_cache() {
+        // 4 ranks on 2 cores streaming 64 MiB: a slot waits for its
+        // receiver to get a core and is evicted meanwhile, so fetching it
+        // runs at the speed of a copy however fast cores fetch from each other
+        let four = Hosts::blocks(&[4]);
+        let count = 1 << 21;
+        let (fast, faster) =
+            (Model::DEFAULT, Model { intra: Link { latency: 0.2e-6, bandwidth: 1e12 }, ..Model::DEFAULT });
+        let t = |m: Model| time(Coll::AllReduce, Algo::Ring, count, &four, &m);
+        assert_eq!(t(fast.with_cores(2)), t(faster.with_cores(2)));
+        // ranks with cores of their own read each other's slots in time
+        assert!(t(faster.with_cores(4)) < t(fast.with_cores(4)));
+        // and so do time-sharing ranks whose data stays in the cache
+        let roomy = |m: Model| Model { cache: 1e9, ..m }.with_cores(2);
+        assert!(t(roomy(faster)) < t(roomy(fast)));
     }
 
     #[test]

@@ -87,6 +87,10 @@ struct LinkSpec {
     bandwidth_gb_s: f64,
     #[serde(default = "one")]
     nics: usize,
+    /// Inside a host: GB/s of fetching a message's first slot, on top of
+    /// `bandwidth_gb_s` (absent: not modelled).
+    #[serde(default)]
+    first_slot_gb_s: f64,
 }
 
 fn one() -> usize {
@@ -144,6 +148,7 @@ fn run(a: &Args) -> Result<(), String> {
         .ok_or_else(|| format!("unknown collective {:?}", a.coll))?;
     let model = Model {
         intra: link(&t.intra),
+        first_slot: t.intra.first_slot_gb_s * 1e9,
         inter: link(&t.inter),
         nics: t.inter.nics.max(1),
         copy: t.rank.copy_gb_s * 1e9,
