@@ -423,14 +423,16 @@ mod tests {
         // the double tree's two channels share each rank's thread: cutting
         // pieces into slots lets steps start sooner, and must not let one
         // channel keep the thread while the other's steps wait behind it
+        // (4 ranks on 2 cores, 2 MiB: served highest channel first, the
+        // slotted call took 1.08x as long as the unslotted one)
         let hosts = Hosts::blocks(&[4]);
-        let m = Model::DEFAULT.with_cores(4);
+        let m = Model::DEFAULT.with_cores(2);
         let t = |slot: usize| {
             let c = Call { slot, ..call(Coll::AllReduce, 1 << 19, 0, 1, 1 << 17) };
             simulate(&c, Algo::Tree, &hosts, &m).expect("simulates").seconds
         };
         let (whole, slotted) = (t(1 << 17), t(8 << 10));
-        assert!(slotted < 1.05 * whole, "slots {slotted} s vs whole pieces {whole} s");
+        assert!(slotted < whole, "slots {slotted} s vs whole pieces {whole} s");
     }
 
     #[test]
