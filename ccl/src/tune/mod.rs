@@ -173,7 +173,7 @@ impl Tuner {
 /// others). On 2 ranks the double tree and ring move the same bytes; the
 /// model put tree 0.5 % ahead at 2 MiB, measured it was 5-20 % behind. Not
 /// wider: at 32 KiB it put recursive doubling 1.5 % ahead of ring, and
-/// measured ring was 25-40 % behind in every run.
+/// measured ring was 16-56 % behind in each of 7 runs.
 pub const TIE: f64 = 0.01;
 
 /// Every algorithm for `call`'s collective, with its predicted seconds
