@@ -308,6 +308,16 @@ enum Payload {
     Empty,
 }
 
+/// The checksum word of a frame carrying `data`: CRC-32 with [`HAS_CRC`]
+/// where checksums are `on`, else 0.
+fn frame_check(on: bool, data: &[u8]) -> u64 {
+    if on {
+        HAS_CRC | u64::from(crc32fast::hash(data))
+    } else {
+        0
+    }
+}
+
 /// A frame waiting for its socket: payload, length, fingerprint, checksum word.
 #[derive(Clone, Copy)]
 struct Frame {
@@ -417,18 +427,18 @@ impl TcpSend {
 
     fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
         if let Some(slot) = self.reserved.take() {
-            let k = self.socks.len();
-            let check =
-                if self.checksum { HAS_CRC | u64::from(crc32fast::hash(self.slots.bytes(slot, bytes))) } else { 0 };
-            self.socks[self.next % k].queue.push_back(Frame {
-                payload: Payload::Slot(slot),
-                len: bytes,
-                fp: *fp,
-                check,
-            });
-            self.next += 1;
-            let _ = self.pump();
+            let check = frame_check(self.checksum, self.slots.bytes(slot, bytes));
+            self.enqueue(Frame { payload: Payload::Slot(slot), len: bytes, fp: *fp, check });
         }
+    }
+
+    /// Queues `frame` on the next socket in turn and pushes what the
+    /// sockets take now.
+    fn enqueue(&mut self, frame: Frame) {
+        let k = self.socks.len();
+        self.socks[self.next % k].queue.push_back(frame);
+        self.next += 1;
+        let _ = self.pump();
     }
 
     /// Sends `bytes` bytes at `p` as the next message, straight from there
@@ -443,18 +453,10 @@ impl TcpSend {
         if let Some(slot) = self.reserved.take() {
             self.free.push(slot);
         }
-        let check = if self.checksum {
-            // SAFETY: valid for `bytes` bytes (the caller's contract).
-            let data = unsafe { std::slice::from_raw_parts(p, bytes) };
-            HAS_CRC | u64::from(crc32fast::hash(data))
-        } else {
-            0
-        };
-        let k = self.socks.len();
-        self.socks[self.next % k].queue.push_back(Frame { payload: Payload::Lent(p), len: bytes, fp: *fp, check });
-        self.next += 1;
+        // SAFETY: valid for `bytes` bytes (the caller's contract).
+        let check = frame_check(self.checksum, unsafe { std::slice::from_raw_parts(p, bytes) });
         self.lent += 1;
-        let _ = self.pump();
+        self.enqueue(Frame { payload: Payload::Lent(p), len: bytes, fp: *fp, check });
     }
 
     /// Drops every lent frame not yet written, so its memory may go: the
