@@ -472,7 +472,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 // not done, so its buffers stay the caller's, until the
                 // connection has sent it (`done`), and a failing call has it
                 // forgotten (`Conns::forget_lent`) before they go back.
-                unsafe { conns.send_at(si).lend(p, bytes, &self.fp) };
+                unsafe { conns.send_at(si).lend(p, bytes, &self.fp) }
+                    .map_err(|e| e.with_peer(st.send_peer().unwrap_or(0)))?;
                 if !self.lent.contains(&si) {
                     self.lent.push(si);
                 }

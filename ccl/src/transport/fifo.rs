@@ -297,6 +297,24 @@ mod tests {
     }
 
     #[test]
+    fn a_fifo_refuses_lent_memory_and_sends_nothing() {
+        // a FIFO sends only from its slots: lending it a message is an
+        // error, not a message dropped on the floor
+        let mem = FifoMem::new(2, 64).expect("alloc");
+        let (b1, b2): (BellRef, BellRef) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+        let mut tx = crate::transport::SendConn::Fifo(FifoSend::new(Arc::clone(&mem), b1));
+        let mut rx = FifoRecv::new(mem, b2);
+        assert!(!tx.lends());
+        let data = [7u8; 16];
+        tx.reserve().expect("reserve").expect("free slot");
+        // SAFETY: `data` outlives the call, which sends nothing.
+        let e = unsafe { tx.lend(data.as_ptr(), data.len(), &[0; 4]) }.expect_err("refused");
+        assert!(e.to_string().contains("sends only from its slots"), "{e}");
+        assert_eq!(tx.lent(), 0);
+        assert!(rx.peek().is_none(), "nothing was posted");
+    }
+
+    #[test]
     fn threads_pass_a_stream() {
         let mem = FifoMem::new(2, 64).expect("alloc");
         let (b1, b2): (BellRef, BellRef) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));

@@ -135,17 +135,19 @@ impl SendConn {
 
     /// Sends `bytes` bytes at `p` as the next message without copying them
     /// into a slot; the slot [`reserve`](Self::reserve) returned goes back.
-    /// Only where [`lends`](Self::lends).
+    /// An error, sending nothing, where this end does not [`lend`](Self::lends).
     ///
     /// # Safety
     ///
     /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
     /// [`lent`](Self::lent) is 0 or [`forget_lent`](Self::forget_lent) has run.
-    pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
-        if let SendConn::Tcp(t) = self {
+    pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) -> Result<()> {
+        match self {
             // SAFETY: the caller's contract is lend's.
-            unsafe { t.lend(p, bytes, fp) }
+            SendConn::Tcp(t) => unsafe { t.lend(p, bytes, fp) },
+            _ => return Err(Error::internal("a memory FIFO was lent a message: it sends only from its slots")),
         }
+        Ok(())
     }
 
     /// Messages of lent memory not yet fully handed to the kernel.

@@ -894,7 +894,7 @@ mod tests {
         // lent memory arrives like a slot, in order with slots
         let a: Vec<u8> = (0..1000).map(|i| i as u8).collect();
         // SAFETY: `a` outlives the frame, which is written before `lent` is 0 (checked below).
-        unsafe { s.lend(a.as_ptr(), a.len(), &[0; 4]) };
+        unsafe { s.lend(a.as_ptr(), a.len(), &[0; 4]) }.expect("tcp lends");
         let b = vec![5u8; 1024];
         assert_eq!(relay(&mut s, &mut r, std::slice::from_ref(&b)).expect("relayed"), vec![a]);
         assert_eq!(next(&mut r).expect("slot frame"), b);
@@ -903,7 +903,7 @@ mod tests {
         // the stream is cut mid-frame and this end fails
         let big = vec![3u8; 64 << 20];
         // SAFETY: `big` outlives the frame until `forget_lent` below.
-        unsafe { s.lend(big.as_ptr(), big.len(), &[0; 4]) };
+        unsafe { s.lend(big.as_ptr(), big.len(), &[0; 4]) }.expect("tcp lends");
         s.flush().expect("no error yet");
         assert_eq!(s.lent(), 1);
         s.forget_lent();
