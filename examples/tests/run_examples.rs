@@ -87,6 +87,18 @@ fn ccl_sim_reads_every_shipped_topology() {
     let _ = std::fs::remove_file(svg);
     let bad = Command::new(env!("CARGO_BIN_EXE_ccl-sim")).args(["/no/such.toml"]).output().expect("ccl-sim");
     assert_eq!(bad.status.code(), Some(2));
+    // a key where it means nothing (the first-slot fetch is inside a host)
+    // or misspelt is an error naming it, not a figure silently left out
+    let shm = std::fs::read_to_string(dir.join("this-machine-shm.toml")).expect("shm topology");
+    for (from, to) in [("first_slot_gb_s", "first_slot_gbs"), ("[inter]\n", "[inter]\nfirst_slot_gb_s = 30.0\n")] {
+        let wrong = std::env::temp_dir().join(format!("ccl-sim-bad-{}.toml", std::process::id()));
+        std::fs::write(&wrong, shm.replacen(from, to, 1)).expect("write topology");
+        let out = Command::new(env!("CARGO_BIN_EXE_ccl-sim")).arg(&wrong).output().expect("ccl-sim");
+        let _ = std::fs::remove_file(&wrong);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{to}: {err}");
+        assert!(err.contains("unknown field"), "{to}: {err}");
+    }
 }
 
 #[test]

@@ -81,16 +81,27 @@ struct Args {
     times: bool,
 }
 
+/// `[intra]`: between ranks of one host. Unknown keys are errors, so a
+/// misspelt or misplaced one is not silently left out of the model.
 #[derive(Deserialize)]
-struct LinkSpec {
+#[serde(deny_unknown_fields)]
+struct IntraSpec {
+    latency_us: f64,
+    bandwidth_gb_s: f64,
+    /// GB/s of fetching a message's first slot, on top of
+    /// `bandwidth_gb_s` (absent: not modelled).
+    #[serde(default)]
+    first_slot_gb_s: f64,
+}
+
+/// `[inter]`: each of a host's network links.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InterSpec {
     latency_us: f64,
     bandwidth_gb_s: f64,
     #[serde(default = "one")]
     nics: usize,
-    /// Inside a host: GB/s of fetching a message's first slot, on top of
-    /// `bandwidth_gb_s` (absent: not modelled).
-    #[serde(default)]
-    first_slot_gb_s: f64,
 }
 
 fn one() -> usize {
@@ -98,6 +109,7 @@ fn one() -> usize {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RankSpec {
     copy_gb_s: f64,
     reduce_gb_s: f64,
@@ -122,17 +134,18 @@ fn unit() -> f64 {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Topology {
     name: String,
     hosts: usize,
     ranks_per_host: usize,
-    intra: LinkSpec,
-    inter: LinkSpec,
+    intra: IntraSpec,
+    inter: InterSpec,
     rank: RankSpec,
 }
 
-fn link(l: &LinkSpec) -> Link {
-    Link { latency: l.latency_us * 1e-6, bandwidth: l.bandwidth_gb_s * 1e9 }
+fn link(latency_us: f64, bandwidth_gb_s: f64) -> Link {
+    Link { latency: latency_us * 1e-6, bandwidth: bandwidth_gb_s * 1e9 }
 }
 
 fn run(a: &Args) -> Result<(), String> {
@@ -147,9 +160,9 @@ fn run(a: &Args) -> Result<(), String> {
         .find(|c| c.name() == a.coll.replace('-', "_") && !matches!(c, Coll::Send | Coll::Recv | Coll::Barrier))
         .ok_or_else(|| format!("unknown collective {:?}", a.coll))?;
     let model = Model {
-        intra: link(&t.intra),
+        intra: link(t.intra.latency_us, t.intra.bandwidth_gb_s),
         first_slot: t.intra.first_slot_gb_s * 1e9,
-        inter: link(&t.inter),
+        inter: link(t.inter.latency_us, t.inter.bandwidth_gb_s),
         nics: t.inter.nics.max(1),
         copy: t.rank.copy_gb_s * 1e9,
         reduce: t.rank.reduce_gb_s * 1e9,
