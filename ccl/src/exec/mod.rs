@@ -120,8 +120,9 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     gpu: Option<Box<OnGpu>>,
     /// Sending connections that may still read this call's buffers (memory
     /// sent from where it is, [`Wiring::lendable`]): the call is not done,
-    /// and its buffers stay the caller's, until they have sent it.
-    lent: SmallVec<[usize; 4]>,
+    /// and its buffers stay the caller's, until they have sent it; and the
+    /// rank each sends to.
+    lent: SmallVec<[(usize, usize); 4]>,
     _op: PhantomData<O>,
 }
 
@@ -310,7 +311,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// Forgets connections that have handed all lent memory to the kernel.
     fn forget_sent(&mut self, conns: &mut Conns) {
         if !self.lent.is_empty() {
-            self.lent.retain(|si| conns.send_at(*si).lent() > 0);
+            self.lent.retain(|(si, _)| conns.send_at(*si).lent() > 0);
         }
     }
 
@@ -333,7 +334,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         Ok(())
     }
 
-    /// The ranks the unfinished channels are waiting on.
+    /// The ranks the unfinished channels are waiting on, and those that
+    /// memory lent from the call's buffers still goes to.
     pub fn blocked_on(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self
             .pcs
@@ -342,6 +344,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             .filter_map(|(c, &(i, _))| self.wiring.sched.channels[c].get(i))
             .flat_map(|st| [st.recv_peer(), st.send_peer()])
             .flatten()
+            .chain(self.lent.iter().map(|&(_, peer)| peer))
             .collect();
         v.sort_unstable();
         v.dedup();
@@ -362,7 +365,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         }
         if !self.lent.is_empty() {
-            w.push(format!("{} connections still sending from the call's buffers", self.lent.len()));
+            let to: Vec<String> = self.lent.iter().map(|(_, peer)| format!("rank {peer}")).collect();
+            w.push(format!("still sending from the call's buffers to {}", to.join(", ")));
         }
         w.join("; ")
     }
@@ -467,15 +471,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         match (si, lend) {
             (Some(si), Some(r)) => {
                 let (p, bytes) = (self.ptr(r) as *const u8, n * size);
+                let peer = st.send_peer().unwrap_or(0);
                 // SAFETY: a validated region of this call's buffers that no
                 // step writes from now on (`Wiring::lendable`); the call is
                 // not done, so its buffers stay the caller's, until the
                 // connection has sent it (`done`), and a failing call has it
                 // forgotten (`Conns::forget_lent`) before they go back.
-                unsafe { conns.send_at(si).lend(p, bytes, &self.fp) }
-                    .map_err(|e| e.with_peer(st.send_peer().unwrap_or(0)))?;
-                if !self.lent.contains(&si) {
-                    self.lent.push(si);
+                unsafe { conns.send_at(si).lend(p, bytes, &self.fp) }.map_err(|e| e.with_peer(peer))?;
+                if !self.lent.iter().any(|&(s, _)| s == si) {
+                    self.lent.push((si, peer));
                 }
             }
             (Some(si), None) => conns.send_at(si).post(n * size, &self.fp),
@@ -735,5 +739,51 @@ mod tests {
         let s = sched(Coll::AllReduce, Algo::RecursiveDoubling, 2, 0, count, true, &hosts);
         let l = Coll::AllReduce.layout(2, 0, count, 0, true);
         assert!(lendable(&s, &l).iter().flatten().all(|&f| !f));
+    }
+
+    #[test]
+    fn a_call_still_sending_from_its_buffers_waits_on_that_peer() {
+        use crate::transport::{tcp::Tcp, Geometry, Registry, Transport};
+        // rank 0 broadcasts more than the sockets hold to rank 1, which never reads
+        let tcp = |me: usize, peers: Vec<std::net::SocketAddr>| {
+            let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+            let addr = l.local_addr().expect("addr");
+            (Tcp::new(me, [3; 16], l, peers, 1, false), addr)
+        };
+        let (rx, rx_addr) = tcp(1, Vec::new());
+        let (tx, _) = tcp(0, vec![rx_addr; 2]);
+        let ring = Geometry { nslots: 4, slot_bytes: 1 << 20 };
+        let _r = rx.connect_recv(crate::transport::ConnKey { comm: 5, from: 0, to: 1, channel: 0 }, ring);
+        let reg = Arc::new(Registry::new(vec![Arc::new(tx) as Arc<dyn Transport>]).expect("registry"));
+        let mut conns = Conns::new(reg, 5, 0, Arc::from([0usize, 1]), ring);
+        let count = 16 << 20;
+        let hosts = Hosts::flat(2);
+        let p =
+            Params { nranks: 2, rank: 0, count, root: 0, channels: 1, chunk: 1 << 18, in_place: false, hosts: &hosts };
+        let s = generate(Coll::Broadcast, Algo::Ring, &p).expect("schedule");
+        let checked = Checked::new(s, Coll::Broadcast.layout(2, 0, count, 0, false)).expect("checked");
+        let fp = fingerprint::Fingerprint::new(Coll::Broadcast, 4, 1, 0, count, 0, 0);
+        let plan = Plan {
+            checked: &checked,
+            slot_elems: 1 << 18,
+            channel_base: 0,
+            fp,
+            device: None,
+            around_cache_from: 0,
+            slots_around: false,
+        };
+        let (input, mut output) = (vec![1.0f32; count], vec![0.0f32; count]);
+        // SAFETY: both buffers outlive the call, which is dropped (its lent
+        // memory forgotten) before them.
+        let mut ex = unsafe { Exec::<f32, crate::Sum>::new(plan, input.as_ptr(), output.as_mut_ptr(), &mut conns) }
+            .expect("exec");
+        let t = std::time::Instant::now();
+        while !ex.channels_done() && t.elapsed() < std::time::Duration::from_secs(10) {
+            ex.advance(&mut conns).expect("advance");
+        }
+        assert!(ex.channels_done() && !ex.done(), "every step taken, 64 MiB not yet sent");
+        assert_eq!(ex.blocked_on(), vec![1], "{}", ex.waiting());
+        assert!(ex.waiting().contains("still sending from the call's buffers to rank 1"), "{}", ex.waiting());
+        conns.forget_lent();
     }
 }
