@@ -2,11 +2,11 @@
 //!
 //! Started over SSH with the channel as its stdin and stdout (see
 //! [`crate::proto`]). It checks the job can run here, waits for `GO`,
-//! starts the ranks, relays their output and exits, passes on signals, and
-//! when its input ends (cclrun or the link is gone) ends every rank:
+//! starts the ranks, relays their output and exits, passes on signals and
+//! the ranks cclrun gave up on (`spawn::note_lost`), and when its input ends (cclrun or the link is gone) ends every rank:
 //! SIGTERM, then SIGKILL after a grace period. No rank outlives it.
 
-use crate::proto::{self, Event, HostJob, Msg};
+use crate::proto::{self, Event, HostJob, Msg, Order};
 use crate::spawn;
 use std::io::{BufRead, Write};
 use std::sync::mpsc;
@@ -19,7 +19,7 @@ const GRACE: Duration = Duration::from_secs(3);
 
 enum Input {
     Event(Event),
-    Signal(i32),
+    Order(Order),
     Closed,
 }
 
@@ -65,6 +65,8 @@ pub fn main() -> i32 {
     }
     drop(input); // the reader thread below takes stdin over
     ccl::transport::shm::Shm::sweep_stale();
+    let id = job.env.iter().find(|(k, _)| k == "CCL_UNIQUE_ID");
+    let tag = id.and_then(|(_, v)| ccl::bootstrap::UniqueId::parse(v).ok()).map(|id| id.job_tag());
     let (tx, rx) = mpsc::channel::<Input>();
     let (ev_tx, ev_rx) = mpsc::channel::<Event>();
     // the agent's own start is short (one host's ranks); cclrun's signals arrive once it runs
@@ -86,9 +88,8 @@ pub fn main() -> i32 {
         let stdin = std::io::stdin();
         for l in stdin.lock().split(b'\n') {
             let Ok(l) = l else { break };
-            let sig = std::str::from_utf8(&l).ok().and_then(|s| s.trim().strip_prefix("SIG ")?.parse().ok());
-            if let Some(sig) = sig {
-                let _ = tx.send(Input::Signal(sig));
+            if let Some(o) = proto::decode_order(&l) {
+                let _ = tx.send(Input::Order(o));
             }
         }
         let _ = tx.send(Input::Closed);
@@ -106,7 +107,12 @@ pub fn main() -> i32 {
                     closed_at = Some(Instant::now());
                 }
             }
-            Ok(Input::Signal(sig)) => ranks.signal(sig),
+            Ok(Input::Order(Order::Signal(sig))) => ranks.signal(sig),
+            Ok(Input::Order(Order::Lost(lost, why))) => {
+                if let Some(tag) = &tag {
+                    spawn::note_lost(tag, &lost, &why);
+                }
+            }
             Ok(Input::Closed) if closed_at.is_none() => {
                 ranks.signal(libc::SIGTERM);
                 closed_at = Some(Instant::now());
@@ -118,9 +124,8 @@ pub fn main() -> i32 {
             ranks.signal(libc::SIGKILL);
         }
     }
-    let id = job.env.iter().find(|(k, _)| k == "CCL_UNIQUE_ID");
-    if let Some(id) = id.and_then(|(_, v)| ccl::bootstrap::UniqueId::parse(v).ok()) {
-        spawn::remove_shm_files(&id.job_tag());
+    if let Some(tag) = &tag {
+        spawn::remove_shm_files(tag);
     }
     send(&mut out, &Msg::Done);
     if closed_at.is_some() {

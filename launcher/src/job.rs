@@ -12,7 +12,7 @@ use crate::hosts::{self, Started};
 use ccl::bootstrap::Rendezvous;
 use ccl::transport::shm::Shm;
 use cclrun::place::Placement;
-use cclrun::proto::{Event, Msg, Status};
+use cclrun::proto::{Event, Msg, Order, Status};
 use cclrun::spawn::{self, Ranks};
 use cclrun::ssh::SshOpts;
 use std::io::Write;
@@ -102,7 +102,7 @@ pub enum Control {
     /// Started here.
     Local(Ranks),
     /// Through that host's agent.
-    Remote(Sender<i32>),
+    Remote(Sender<Order>),
 }
 
 fn kill(ctl: &[Control], sig: i32) {
@@ -110,7 +110,21 @@ fn kill(ctl: &[Control], sig: i32) {
         match c {
             Control::Local(r) => r.signal(sig),
             Control::Remote(tx) => {
-                let _ = tx.send(sig);
+                let _ = tx.send(Order::Signal(sig));
+            }
+        }
+    }
+}
+
+/// Tells every host's ranks of job `tag` that `lost` are gone, and why: a
+/// rank waiting on them fails now, naming them, instead of when its own
+/// link times out (a sender's, only after minutes of retransmissions).
+fn note_lost(ctl: &[Control], tag: &str, lost: &[usize], why: &str) {
+    for c in ctl {
+        match c {
+            Control::Local(_) => spawn::note_lost(tag, lost, why),
+            Control::Remote(tx) => {
+                let _ = tx.send(Order::Lost(lost.to_vec(), why.to_string()));
             }
         }
     }
@@ -202,7 +216,7 @@ pub fn run(spec: &Spec) -> i32 {
         }
     }
     drop(tx);
-    let code = supervise(spec, &ctl, &rx);
+    let code = supervise(spec, &ctl, &rx, &id.job_tag());
     drop(ctl); // remote agents see no more signals; their pumps end at DONE
     for p in pumps {
         let _ = p.join();
@@ -217,7 +231,7 @@ pub fn run(spec: &Spec) -> i32 {
 }
 
 /// Watches the ranks until all have ended; the job's exit code.
-fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>) -> i32 {
+fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>, tag: &str) -> i32 {
     let np = spec.placement.len();
     let start = Instant::now();
     let mut status: Vec<Option<Status>> = vec![None; np];
@@ -263,6 +277,10 @@ fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>) -> i32 {
                     if !lost.is_empty() && quiet(&first_fail, &forwarded, timed_out) {
                         eprintln!("cclrun: host {}: {why}; ending the job", spec.host_names[h]);
                         first_fail = Some((HOST_LOST, Instant::now()));
+                    }
+                    if !lost.is_empty() {
+                        let why = format!("cclrun lost its connection to {} ({why})", spec.host_names[h]);
+                        note_lost(ctl, tag, &lost, &why);
                     }
                     for r in lost {
                         status[r] = Some(Status { code: Some(HOST_LOST), signal: None });

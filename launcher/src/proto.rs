@@ -2,8 +2,10 @@
 //!
 //! cclrun → agent (the agent's stdin): one JSON line, the [`HostJob`];
 //! after the agent says `READY`, the line `GO` (start the ranks) and then
-//! any number of `SIG <n>` lines (signal every rank). End of input means
-//! cclrun is gone: the agent ends its ranks.
+//! any number of [`Order`]s: `SIG <n>` (signal every rank) and
+//! `LOST <rank>,<rank>... <why>` (ranks elsewhere that cclrun gave up on,
+//! for the ranks here that wait on them). End of input means cclrun is
+//! gone: the agent ends its ranks.
 //!
 //! agent → cclrun (its stdout), one message a line: `READY`, `FAIL <why>`,
 //! `PID <rank> <pid>`, `OUT <rank> <bytes>`, `ERR <rank> <bytes>`,
@@ -173,6 +175,38 @@ pub fn decode(line: &[u8]) -> Result<Msg, String> {
     })
 }
 
+/// What cclrun tells an agent once its ranks run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Signal every rank.
+    Signal(i32),
+    /// These ranks (on another host) are lost, for this reason.
+    Lost(Vec<usize>, String),
+}
+
+/// One order as a line.
+pub fn encode_order(o: &Order) -> Vec<u8> {
+    match o {
+        Order::Signal(sig) => format!("SIG {sig}\n"),
+        Order::Lost(ranks, why) => {
+            let ranks: Vec<String> = ranks.iter().map(usize::to_string).collect();
+            format!("LOST {} {}\n", ranks.join(","), why.replace('\n', " "))
+        }
+    }
+    .into_bytes()
+}
+
+/// Parses one order line; `None` for anything else.
+pub fn decode_order(line: &[u8]) -> Option<Order> {
+    let line = std::str::from_utf8(line).ok()?.trim_end();
+    if let Some(sig) = line.strip_prefix("SIG ") {
+        return sig.parse().ok().map(Order::Signal);
+    }
+    let (ranks, why) = line.strip_prefix("LOST ")?.split_once(' ')?;
+    let ranks = ranks.split(',').map(|r| r.parse().ok()).collect::<Option<Vec<usize>>>()?;
+    Some(Order::Lost(ranks, why.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +232,23 @@ mod tests {
     fn garbage_is_an_error() {
         for bad in [&b""[..], b"HELLO", b"OUT x y", b"OUT 3", b"PID 1", b"EXIT 1 2", b"EXIT 1 a -", b"READY now"] {
             assert!(decode(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn orders_round_trip_and_garbage_is_none() {
+        let orders = [
+            Order::Signal(15),
+            Order::Lost(vec![4], "cclrun lost host3".into()),
+            Order::Lost(vec![4, 5, 63], "cclrun lost its link to h (connection lost: transport read)".into()),
+        ];
+        for o in orders {
+            assert_eq!(decode_order(&encode_order(&o)), Some(o));
+        }
+        let flat = encode_order(&Order::Lost(vec![1], "two\nlines".into()));
+        assert_eq!(decode_order(&flat), Some(Order::Lost(vec![1], "two lines".into())));
+        for bad in [&b"GO"[..], b"SIG", b"SIG x", b"LOST", b"LOST 4", b"LOST 4,x why", b"LOST ,4 why"] {
+            assert_eq!(decode_order(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
 }

@@ -123,6 +123,8 @@ pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>, stop: &dyn Fn() 
             .env("CCL_LOCAL_SIZE", r.local_size.to_string())
             // the host's CPUs, which a pinned rank cannot see for itself
             .env("CCL_HOST_CPUS", allowed.len().max(1).to_string())
+            // where the ranks look for ranks this launcher gives up on (note_lost)
+            .env("CCL_LAUNCHER_PID", std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -227,8 +229,18 @@ fn pump(r: impl Read + Send + 'static, rank: usize, err: bool, tx: Sender<Event>
     });
 }
 
+/// Tells this host's ranks of job `job_tag` that `ranks` are lost and why
+/// (see [`ccl::transport::lost_notes`]), so that ranks waiting on them fail
+/// now instead of when their own links time out.
+pub fn note_lost(job_tag: &str, ranks: &[usize], why: &str) {
+    let at = ccl::transport::lost_notes::path(job_tag, std::process::id());
+    if let Err(e) = ccl::transport::lost_notes::add(&at, ranks, why) {
+        eprintln!("cclrun: cannot note lost ranks in {}: {e}", at.display());
+    }
+}
+
 /// Removes the job's shared-memory files left by ranks that died before
-/// removing them.
+/// removing them (and the lost notes).
 pub fn remove_shm_files(job_tag: &str) {
     let prefix = ccl::transport::shm::Shm::file_prefix(job_tag);
     if let Ok(dir) = std::fs::read_dir("/dev/shm") {

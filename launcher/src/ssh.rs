@@ -224,22 +224,22 @@ pub fn start_agent(conn: Conn, remote_cclrun: &str, job: &HostJob) -> Result<Age
 
 impl Agent {
     /// Tells the agent to start the ranks, then relays its messages to
-    /// `on_msg` and signals from `signals` until it says `DONE` (`Ok`) or
-    /// the connection ends first (`Err`, why).
-    pub fn run(mut self, signals: Receiver<i32>, mut on_msg: impl FnMut(Msg)) -> Result<(), String> {
+    /// `on_msg` and passes it the orders from `orders` until it says `DONE`
+    /// (`Ok`) or the connection ends first (`Err`, why).
+    pub fn run(mut self, orders: Receiver<proto::Order>, mut on_msg: impl FnMut(Msg)) -> Result<(), String> {
         let mut pending = b"GO\n".to_vec();
         self.conn.sess.set_blocking(false);
         let mut chunk = vec![0u8; 64 << 10];
         let mut err_buf = Vec::new();
-        let mut signals_open = true;
+        let mut orders_open = true;
         loop {
             let mut moved = false;
             let mut closed = false;
-            while signals_open {
-                match signals.try_recv() {
-                    Ok(sig) => pending.extend_from_slice(format!("SIG {sig}\n").as_bytes()),
+            while orders_open {
+                match orders.try_recv() {
+                    Ok(o) => pending.extend_from_slice(&proto::encode_order(&o)),
                     Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => signals_open = false,
+                    Err(TryRecvError::Disconnected) => orders_open = false,
                 }
             }
             if !pending.is_empty() {

@@ -3,7 +3,7 @@
 //!
 //! Sources, first match wins:
 //! 1. `cclrun`: `CCL_RANK`, `CCL_WORLD_SIZE`, `CCL_LOCAL_RANK`,
-//!    `CCL_LOCAL_SIZE`, `CCL_UNIQUE_ID`.
+//!    `CCL_LOCAL_SIZE`, `CCL_UNIQUE_ID` (and `CCL_LAUNCHER_PID`).
 //! 2. Another launcher's rank variables: Open MPI (`OMPI_COMM_WORLD_*`),
 //!    MPICH/Hydra (`PMI_RANK`, `PMI_SIZE`, `MPI_LOCALRANKID`,
 //!    `MPI_LOCALNRANKS`) or Slurm (`SLURM_PROCID`, `SLURM_NTASKS`,
@@ -34,6 +34,10 @@ pub struct LaunchEnv {
     pub serve_rendezvous: bool,
     /// Which launcher's variables gave the rank: `cclrun`, `Open MPI`, ...
     pub source: &'static str,
+    /// The process that started this rank, where cclrun says so
+    /// (`CCL_LAUNCHER_PID`): where to look for the ranks it gave up on
+    /// (see [`lost_notes`](crate::transport::lost_notes)).
+    pub launcher_pid: Option<u32>,
 }
 
 /// Rank variables of launchers other than cclrun: name, rank, size, local
@@ -92,7 +96,9 @@ impl LaunchEnv {
                 )))
             }
         };
-        Ok(Some(LaunchEnv { rank, size, local_rank, local_size, id, serve_rendezvous, source }))
+        let launcher_pid =
+            if source == "cclrun" { get("CCL_LAUNCHER_PID").and_then(|v| v.trim().parse().ok()) } else { None };
+        Ok(Some(LaunchEnv { rank, size, local_rank, local_size, id, serve_rendezvous, source, launcher_pid }))
     }
 
     /// Where rank 0 listens when it hosts the rendezvous: every address,

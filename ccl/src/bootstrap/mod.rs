@@ -80,7 +80,8 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .map(|p| p.addr.parse().map_err(|_| Error::transport(format!("rank {} sent address {:?}", p.rank, p.addr))))
         .collect::<Result<Vec<std::net::SocketAddr>>>()
         .map_err(at)?;
-    let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
+    let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable)
+        .with_lost_notes(env.launcher_pid.map(|p| crate::transport::lost_notes::path(&job, p)));
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?;
     let comm_id = u64::from_str_radix(&job, 16).unwrap_or(1);

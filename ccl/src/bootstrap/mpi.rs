@@ -56,5 +56,6 @@ pub fn launch_env(config: &Config) -> Result<LaunchEnv> {
         id,
         serve_rendezvous: false,
         source: "MPI",
+        launcher_pid: None,
     })
 }

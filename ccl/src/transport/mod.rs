@@ -13,6 +13,7 @@
 pub mod doorbell;
 pub mod fifo;
 pub mod local;
+pub mod lost_notes;
 pub mod shm;
 pub mod tcp;
 
