@@ -41,8 +41,11 @@ struct Wiring {
     /// sorted, once each.
     uses: Vec<usize>,
     /// Per channel, per step: whether what it sends may be sent from where
-    /// it lies in the call's buffers ([`lendable`]).
+    /// it lies in the call's buffers with nothing more to do ([`lendable`]).
     lendable: Vec<Vec<bool>>,
+    /// Per channel, per step: whether it writes memory that another step
+    /// may still be sending from ([`guards`]).
+    guards: Vec<Vec<bool>>,
 }
 
 /// Per channel, per step of `s` on `l`: whether the step sends memory of
@@ -64,11 +67,50 @@ fn lendable(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
             ch.iter()
                 .enumerate()
                 .map(|(i, st)| {
-                    st.sends_as_is().map(|r| l.resolve(r)).is_some_and(|r| {
-                        !writes.iter().any(|&(wc, wi, w)| {
-                            !(wc == c && wi <= i) && w.buf == r.buf && w.off < r.end() && r.off < w.end()
-                        })
-                    })
+                    st.sends_as_is()
+                        .map(|r| l.resolve(r))
+                        .is_some_and(|r| !writes.iter().any(|&(wc, wi, w)| !(wc == c && wi <= i) && overlap(w, r)))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether two resolved regions share an element.
+fn overlap(a: Region, b: Region) -> bool {
+    a.buf == b.buf && a.off < b.end() && b.off < a.end()
+}
+
+/// Per channel, per step of `s` on `l`: whether the step writes memory
+/// that a step sending memory of the call as it is, but not [`lendable`]
+/// there (`safe`), may still be sending: another channel's step at any
+/// time, or an earlier one of its own. Those sends lend the memory all the
+/// same, holding a slot for it, and these writes first take back into that
+/// slot whatever is still unsent ([`SendConn::reclaim`]). In a ring
+/// all-reduce in place, the piece a rank sends first comes back reduced
+/// only after its peer has received it, so that write finds it gone and
+/// copies nothing.
+///
+/// [`SendConn::reclaim`]: crate::transport::SendConn::reclaim
+fn guards(s: &Schedule, l: &Layout, safe: &[Vec<bool>]) -> Vec<Vec<bool>> {
+    let held: Vec<(usize, usize, Region)> = s
+        .channels
+        .iter()
+        .enumerate()
+        .flat_map(|(c, ch)| ch.iter().enumerate().filter_map(move |(i, st)| Some((c, i, st.sends_as_is()?))))
+        .filter(|&(c, i, _)| !safe[c][i])
+        .map(|(c, i, r)| (c, i, l.resolve(r)))
+        .collect();
+    s.channels
+        .iter()
+        .enumerate()
+        .map(|(wc, ch)| {
+            ch.iter()
+                .enumerate()
+                .map(|(wi, st)| {
+                    st.writes()
+                        .map(|w| l.resolve(w))
+                        .is_some_and(|w| held.iter().any(|&(c, i, r)| !(wc == c && wi <= i) && overlap(w, r)))
                 })
                 .collect()
         })
@@ -96,7 +138,9 @@ impl Wiring {
             .collect();
         uses.sort_unstable();
         uses.dedup();
-        Ok(Wiring { sched: Arc::clone(sched), links, uses, lendable: lendable(sched, layout) })
+        let lendable = lendable(sched, layout);
+        let guards = guards(sched, layout, &lendable);
+        Ok(Wiring { sched: Arc::clone(sched), links, uses, lendable, guards })
     }
 }
 
@@ -463,7 +507,19 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             self.gpu_step(st, src, dst, elems, io, conns)?;
             local
         } else {
-            let lends = self.wiring.lendable[c][i] && si.is_some_and(|si| conns.send_lends(si));
+            let lends = st.sends_as_is().is_some() && si.is_some_and(|si| conns.send_lends(si));
+            if self.wiring.guards[c][i] && !self.lent.is_empty() {
+                // memory this slot (a local step: its whole region)
+                // overwrites may still be lent: take it back
+                let w = match st {
+                    Step::Copy { dst, .. } | Step::Reduce { dst, .. } => Some(self.layout.resolve(dst)),
+                    _ => st.writes().map(at),
+                };
+                if let Some(w) = w {
+                    let p = self.ptr(w) as *const u8;
+                    self.lent.iter().for_each(|&(l, _)| conns.send_at(l).reclaim(p, w.len * size));
+                }
+            }
             let (local, lent) = self.host_step(st, at, incoming, outgoing, n, lends);
             lend = lent;
             local
@@ -472,12 +528,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             (Some(si), Some(r)) => {
                 let (p, bytes) = (self.ptr(r) as *const u8, n * size);
                 let peer = st.send_peer().unwrap_or(0);
+                let hold = !self.wiring.lendable[c][i];
                 // SAFETY: a validated region of this call's buffers that no
-                // step writes from now on (`Wiring::lendable`); the call is
-                // not done, so its buffers stay the caller's, until the
-                // connection has sent it (`done`), and a failing call has it
-                // forgotten (`Conns::forget_lent`) before they go back.
-                unsafe { conns.send_at(si).lend(p, bytes, &self.fp) }.map_err(|e| e.with_peer(peer))?;
+                // step writes from now on (`Wiring::lendable`), or (`hold`)
+                // that every step writing it takes back first
+                // (`Wiring::guards`); the call is not done, so its buffers
+                // stay the caller's, until the connection has sent it
+                // (`done`), and a failing call has it forgotten
+                // (`Conns::forget_lent`) before they go back.
+                unsafe { conns.send_at(si).lend(p, bytes, &self.fp, hold) }.map_err(|e| e.with_peer(peer))?;
                 if !self.lent.iter().any(|&(s, _)| s == si) {
                     self.lent.push((si, peer));
                 }
@@ -692,6 +751,31 @@ mod tests {
         out
     }
 
+    /// Element by element: the steps that write an element which a send
+    /// not in `safe` (another channel's, or an earlier one of their own) sends.
+    fn reference_guards(s: &Schedule, l: &Layout, safe: &[Vec<bool>]) -> Vec<Vec<bool>> {
+        let elems = |r: Region| (r.off..r.off + r.len).map(move |e| (r.buf, e));
+        s.channels
+            .iter()
+            .enumerate()
+            .map(|(wc, ch)| {
+                ch.iter()
+                    .enumerate()
+                    .map(|(wi, st)| {
+                        let Some(w) = st.writes() else { return false };
+                        let mine: std::collections::HashSet<_> = elems(l.resolve(w)).collect();
+                        s.channels.iter().enumerate().any(|(c, ch2)| {
+                            ch2.iter().enumerate().any(|(i, st2)| {
+                                !(safe[c][i] || wc == c && wi <= i)
+                                    && st2.sends_as_is().is_some_and(|r| elems(l.resolve(r)).any(|e| mine.contains(&e)))
+                            })
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     #[test]
     fn steps_send_from_the_buffers_only_what_nothing_writes_afterwards() {
         for coll in Coll::ALL {
@@ -703,7 +787,10 @@ mod tests {
                                 let count = 23;
                                 let s = sched(coll, algo, n, rank, count, in_place, &hosts);
                                 let l = coll.layout(n, rank, count, n / 2, in_place);
-                                assert_eq!(lendable(&s, &l), reference(&s, &l), "{coll} {algo} n={n} rank {rank}");
+                                let safe = lendable(&s, &l);
+                                assert_eq!(safe, reference(&s, &l), "{coll} {algo} n={n} rank {rank}");
+                                let g = guards(&s, &l, &safe);
+                                assert_eq!(g, reference_guards(&s, &l, &safe), "{coll} {algo} n={n} rank {rank}");
                             }
                         }
                     }
@@ -739,6 +826,24 @@ mod tests {
         let s = sched(Coll::AllReduce, Algo::RecursiveDoubling, 2, 0, count, true, &hosts);
         let l = Coll::AllReduce.layout(2, 0, count, 0, true);
         assert!(lendable(&s, &l).iter().flatten().all(|&f| !f));
+        // sends that are written afterwards lend all the same, and only the
+        // steps that write their memory take it back first: in place, the
+        // ring's last receive of each channel (the piece it sent first)
+        let writes_back = |in_place: bool| {
+            let s = sched(Coll::AllReduce, Algo::Ring, 2, 0, count, in_place, &hosts);
+            let l = Coll::AllReduce.layout(2, 0, count, 0, in_place);
+            let g = guards(&s, &l, &lendable(&s, &l));
+            s.channels
+                .iter()
+                .zip(&g)
+                .flat_map(|(ch, g)| ch.iter().zip(g))
+                .filter(|(_, &g)| g)
+                .map(|(st, _)| matches!(st, Step::Recv { .. }))
+                .collect::<Vec<bool>>()
+        };
+        assert!(writes_back(false).is_empty());
+        let inp = writes_back(true);
+        assert!(!inp.is_empty() && inp.iter().all(|&r| r), "{inp:?}");
     }
 
     #[test]

@@ -135,17 +135,23 @@ impl SendConn {
     }
 
     /// Sends `bytes` bytes at `p` as the next message without copying them
-    /// into a slot; the slot [`reserve`](Self::reserve) returned goes back.
-    /// An error, sending nothing, where this end does not [`lend`](Self::lends).
+    /// into a slot. The slot [`reserve`](Self::reserve) returned goes back,
+    /// or with `hold` stays held for the message until it is sent, so that
+    /// [`reclaim`](Self::reclaim) can take the message back into it. An
+    /// error, sending nothing, where this end does not [`lend`](Self::lends).
     ///
     /// # Safety
     ///
     /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
-    /// [`lent`](Self::lent) is 0 or [`forget_lent`](Self::forget_lent) has run.
-    pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) -> Result<()> {
+    /// [`lent`](Self::lent) is 0, [`forget_lent`](Self::forget_lent) has
+    /// run, or (with `hold`, for the bytes it covers) [`reclaim`](Self::reclaim).
+    pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], hold: bool) -> Result<()> {
+        if hold && bytes > self.slot_bytes() {
+            return Err(Error::internal(format!("a held message of {bytes} B exceeds a slot")));
+        }
         match self {
             // SAFETY: the caller's contract is lend's.
-            SendConn::Tcp(t) => unsafe { t.lend(p, bytes, fp) },
+            SendConn::Tcp(t) => unsafe { t.lend(p, bytes, fp, hold) },
             _ => return Err(Error::internal("a memory FIFO was lent a message: it sends only from its slots")),
         }
         Ok(())
@@ -156,6 +162,15 @@ impl SendConn {
         match self {
             SendConn::Tcp(t) => t.lent(),
             _ => 0,
+        }
+    }
+
+    /// Takes back held lent messages not yet sent that overlap the `bytes`
+    /// bytes at `p` (copying them into their slots), so that the lender may
+    /// overwrite those bytes.
+    pub fn reclaim(&mut self, p: *const u8, bytes: usize) {
+        if let SendConn::Tcp(t) = self {
+            t.reclaim(p, bytes)
         }
     }
 

@@ -302,8 +302,10 @@ impl Drop for Slots {
 enum Payload {
     /// A slot of this end's ring.
     Slot(usize),
-    /// The caller's memory, lent until written ([`TcpSend::lend`]).
-    Lent(*const u8),
+    /// The caller's memory, lent until written ([`TcpSend::lend`]), and
+    /// the slot held for it, if the caller may take it back into that
+    /// slot ([`TcpSend::reclaim`]).
+    Lent(*const u8, Option<usize>),
     /// None (the lost notice).
     Empty,
 }
@@ -365,7 +367,7 @@ impl TcpSend {
                 let data: &[u8] = match payload {
                     Payload::Slot(slot) => self.slots.bytes(slot, len),
                     // SAFETY: lent memory of `len` bytes, valid until written (`lend`).
-                    Payload::Lent(p) => unsafe { std::slice::from_raw_parts(p, len) },
+                    Payload::Lent(p, _) => unsafe { std::slice::from_raw_parts(p, len) },
                     Payload::Empty => &[],
                 };
                 let r = if s.off < HEADER {
@@ -384,7 +386,10 @@ impl TcpSend {
                             s.off = 0;
                             match payload {
                                 Payload::Slot(slot) => self.free.push(slot),
-                                Payload::Lent(_) => self.lent -= 1,
+                                Payload::Lent(_, held) => {
+                                    self.lent -= 1;
+                                    self.free.extend(held);
+                                }
                                 Payload::Empty => {}
                             }
                         }
@@ -442,21 +447,54 @@ impl TcpSend {
     }
 
     /// Sends `bytes` bytes at `p` as the next message, straight from there
-    /// rather than through a slot (a slot reserved for it goes back).
+    /// rather than through a slot. With `hold`, the slot reserved for it
+    /// stays held until it is written, so that the lender may take it back
+    /// ([`reclaim`](Self::reclaim)); otherwise the slot goes back.
     ///
     /// # Safety
     ///
     /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
-    /// [`lent`](Self::lent) says every lent frame is written or
-    /// [`forget_lent`](Self::forget_lent) has run.
-    pub(crate) unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
-        if let Some(slot) = self.reserved.take() {
-            self.free.push(slot);
+    /// [`lent`](Self::lent) says every lent frame is written,
+    /// [`forget_lent`](Self::forget_lent) has run, or (held frames only)
+    /// [`reclaim`](Self::reclaim) has taken it back.
+    pub(crate) unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], hold: bool) {
+        let slot = self.reserved.take();
+        debug_assert!(!hold || bytes <= self.slots.slot_bytes, "checked by SendConn::lend");
+        let held = if hold && bytes <= self.slots.slot_bytes { slot } else { None };
+        if held.is_none() {
+            self.free.extend(slot);
         }
         // SAFETY: valid for `bytes` bytes (the caller's contract).
         let check = frame_check(self.checksum, unsafe { std::slice::from_raw_parts(p, bytes) });
         self.lent += 1;
-        self.enqueue(Frame { payload: Payload::Lent(p), len: bytes, fp: *fp, check });
+        self.enqueue(Frame { payload: Payload::Lent(p, held), len: bytes, fp: *fp, check });
+    }
+
+    /// Takes back every held lent frame not yet fully written that overlaps
+    /// the `bytes` bytes at `p`: its bytes go into the slot held for it and
+    /// are sent from there, so the lender may overwrite them now.
+    pub(crate) fn reclaim(&mut self, p: *const u8, bytes: usize) {
+        if self.lent == 0 {
+            return;
+        }
+        let (lo, hi) = (p as usize, p as usize + bytes);
+        for s in &mut self.socks {
+            for f in s.queue.iter_mut() {
+                let Payload::Lent(q, held) = f.payload else { continue };
+                if (q as usize) < hi && lo < q as usize + f.len {
+                    // only held frames are ever overwritten (`Exec`'s guards)
+                    debug_assert!(held.is_some(), "an unheld lent frame overlaps memory being written");
+                    let Some(slot) = held else { continue };
+                    // SAFETY: lent memory of `f.len` bytes, valid and unchanged
+                    // until now (`lend`'s contract); the held slot is this
+                    // end's, at least `f.len` bytes (checked in `lend`), and
+                    // not the lent memory.
+                    unsafe { std::ptr::copy_nonoverlapping(q, self.slots.ptr(slot), f.len) };
+                    f.payload = Payload::Slot(slot);
+                    self.lent -= 1;
+                }
+            }
+        }
     }
 
     /// Drops every lent frame not yet written, so its memory may go: the
@@ -468,8 +506,15 @@ impl TcpSend {
         }
         let mut cut = false;
         for s in &mut self.socks {
-            let partly = s.off > 0 && matches!(s.queue.front(), Some(f) if matches!(f.payload, Payload::Lent(_)));
-            s.queue.retain(|f| !matches!(f.payload, Payload::Lent(_)));
+            let partly = s.off > 0 && matches!(s.queue.front(), Some(f) if matches!(f.payload, Payload::Lent(..)));
+            let free = &mut self.free;
+            s.queue.retain(|f| match f.payload {
+                Payload::Lent(_, held) => {
+                    free.extend(held);
+                    false
+                }
+                _ => true,
+            });
             if partly {
                 s.off = 0;
                 cut = true;
@@ -894,7 +939,7 @@ mod tests {
         // lent memory arrives like a slot, in order with slots
         let a: Vec<u8> = (0..1000).map(|i| i as u8).collect();
         // SAFETY: `a` outlives the frame, which is written before `lent` is 0 (checked below).
-        unsafe { s.lend(a.as_ptr(), a.len(), &[0; 4]) }.expect("tcp lends");
+        unsafe { s.lend(a.as_ptr(), a.len(), &[0; 4], false) }.expect("tcp lends");
         let b = vec![5u8; 1024];
         assert_eq!(relay(&mut s, &mut r, std::slice::from_ref(&b)).expect("relayed"), vec![a]);
         assert_eq!(next(&mut r).expect("slot frame"), b);
@@ -903,7 +948,7 @@ mod tests {
         // the stream is cut mid-frame and this end fails
         let big = vec![3u8; 64 << 20];
         // SAFETY: `big` outlives the frame until `forget_lent` below.
-        unsafe { s.lend(big.as_ptr(), big.len(), &[0; 4]) }.expect("tcp lends");
+        unsafe { s.lend(big.as_ptr(), big.len(), &[0; 4], false) }.expect("tcp lends");
         s.flush().expect("no error yet");
         assert_eq!(s.lent(), 1);
         s.forget_lent();
@@ -911,6 +956,55 @@ mod tests {
         drop(big);
         let e = s.flush().expect_err("cut mid-frame");
         assert!(e.to_string().contains("cut off mid-frame"), "{e}");
+    }
+
+    #[test]
+    fn held_lent_memory_taken_back_is_sent_as_it_was() {
+        let rx = transport(1, true);
+        let rx_addr = rx.shared.listener.local_addr().expect("addr");
+        let tx = Tcp::new(0, [9; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), vec![rx_addr; 2], 1, true);
+        let ring = Geometry { nslots: 2, slot_bytes: 1 << 20 };
+        let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
+        let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
+        let t = Instant::now();
+        let reserve = |s: &mut SendConn| {
+            while s.reserve().expect("reserve").is_none() && t.elapsed() < Duration::from_secs(10) {}
+        };
+        // more than the sockets hold, not read yet: the frames after it wait in the queue
+        let big: Vec<u8> = (0..64 << 20).map(|i: u32| (i % 251) as u8).collect();
+        for part in big.chunks(1 << 20) {
+            reserve(&mut s);
+            // SAFETY: `big` outlives its frames, which are all read below.
+            unsafe { s.lend(part.as_ptr(), part.len(), &[0; 4], false) }.expect("lend");
+        }
+        let queued = s.lent();
+        assert!(queued > 0, "64 MiB more than the sockets hold");
+        let mut held: Vec<Vec<u8>> = (0..2u8).map(|i| vec![i + 1; 1 << 20]).collect();
+        for f in &held {
+            reserve(&mut s);
+            // SAFETY: `held` outlives its frames: sent or taken back below.
+            unsafe { s.lend(f.as_ptr(), f.len(), &[0; 4], true) }.expect("lend");
+        }
+        assert_eq!(s.lent(), queued + 2, "the held frames wait behind the others");
+        assert!(s.reserve().expect("reserve").is_none(), "held frames keep their slots");
+        // take back the second held frame, part of which is about to be overwritten
+        // SAFETY: a pointer inside `held[1]`.
+        s.reclaim(unsafe { held[1].as_ptr().add(1000) }, 10);
+        assert_eq!(s.lent(), queued + 1, "one frame taken back");
+        held[1].fill(0xEE);
+        let mut got = Vec::new();
+        while got.len() < 66 && t.elapsed() < Duration::from_secs(20) {
+            s.flush().expect("flush");
+            if let Some((p, len, _)) = r.peek().expect("peek") {
+                // SAFETY: a peeked slot of `len` bytes, ours until released.
+                got.push(unsafe { std::slice::from_raw_parts(p, len) }.to_vec());
+                r.release();
+            }
+        }
+        assert_eq!(got.len(), 66);
+        assert_eq!(s.lent(), 0);
+        assert!(got[..64].concat() == big && got[64] == vec![1; 1 << 20], "lent frames arrive as they were");
+        assert_eq!(got[65], vec![2; 1 << 20], "the frame taken back arrives as it was when lent");
     }
 
     #[test]
