@@ -3,8 +3,9 @@
 //! Started over SSH with the channel as its stdin and stdout (see
 //! [`crate::proto`]). It checks the job can run here, waits for `GO`,
 //! starts the ranks, relays their output and exits, passes on signals and
-//! the ranks cclrun gave up on (`spawn::note_lost`), and when its input ends (cclrun or the link is gone) ends every rank:
-//! SIGTERM, then SIGKILL after a grace period. No rank outlives it.
+//! the ranks cclrun gave up on (`spawn::note_lost`), and when its input
+//! ends (cclrun or the link is gone) ends every rank: SIGTERM, then
+//! SIGKILL after a grace period. No rank outlives it.
 
 use crate::proto::{self, Event, HostJob, Msg, Order};
 use crate::spawn;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 /// The notes file of job `job` whose ranks on this host process
 /// `launcher_pid` started.
 pub fn path(job: &str, launcher_pid: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/{}lost-p{launcher_pid}", super::shm::Shm::file_prefix(job)))
+    PathBuf::from(format!("{}/{}lost-p{launcher_pid}", super::shm::DIR, super::shm::Shm::file_prefix(job)))
 }
 
 /// Adds `ranks` to the notes at `at`, each lost because of `why`. Readers

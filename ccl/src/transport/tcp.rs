@@ -977,20 +977,20 @@ mod tests {
             // SAFETY: `big` outlives its frames, which are all read below.
             unsafe { s.lend(part.as_ptr(), part.len(), &[0; 4], false) }.expect("lend");
         }
-        let queued = s.lent();
-        assert!(queued > 0, "64 MiB more than the sockets hold");
+        assert!(s.lent() > 2, "64 MiB is more than the sockets hold");
         let mut held: Vec<Vec<u8>> = (0..2u8).map(|i| vec![i + 1; 1 << 20]).collect();
         for f in &held {
             reserve(&mut s);
             // SAFETY: `held` outlives its frames: sent or taken back below.
             unsafe { s.lend(f.as_ptr(), f.len(), &[0; 4], true) }.expect("lend");
         }
-        assert_eq!(s.lent(), queued + 2, "the held frames wait behind the others");
         assert!(s.reserve().expect("reserve").is_none(), "held frames keep their slots");
-        // take back the second held frame, part of which is about to be overwritten
+        // take back the second held frame (tens of MiB behind the first
+        // unsent byte), part of which is about to be overwritten
+        let before = s.lent();
         // SAFETY: a pointer inside `held[1]`.
         s.reclaim(unsafe { held[1].as_ptr().add(1000) }, 10);
-        assert_eq!(s.lent(), queued + 1, "one frame taken back");
+        assert_eq!(s.lent(), before - 1, "one frame taken back");
         held[1].fill(0xEE);
         let mut got = Vec::new();
         while got.len() < 66 && t.elapsed() < Duration::from_secs(20) {
