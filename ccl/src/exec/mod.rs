@@ -54,26 +54,34 @@ struct Wiring {
 /// in its own. Such memory can go to a socket straight from there, and
 /// stays as it was until the call ends.
 fn lendable(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
-    let writes: Vec<(usize, usize, Region)> = s
-        .channels
-        .iter()
-        .enumerate()
-        .flat_map(|(c, ch)| ch.iter().enumerate().filter_map(move |(i, st)| Some((c, i, l.resolve(st.writes()?)))))
-        .collect();
+    let writes = regions(s, l, Step::writes);
+    per_step(s, |c, i, st| {
+        st.sends_as_is()
+            .map(|r| l.resolve(r))
+            .is_some_and(|r| !writes.iter().any(|&(wc, wi, w)| may_meet((c, i), (wc, wi)) && overlap(w, r)))
+    })
+}
+
+/// Every step's region that `pick` names, resolved, with its channel and
+/// position.
+fn regions(s: &Schedule, l: &Layout, pick: impl Fn(&Step) -> Option<Region>) -> Vec<(usize, usize, Region)> {
+    let pick = &pick;
     s.channels
         .iter()
         .enumerate()
-        .map(|(c, ch)| {
-            ch.iter()
-                .enumerate()
-                .map(|(i, st)| {
-                    st.sends_as_is()
-                        .map(|r| l.resolve(r))
-                        .is_some_and(|r| !writes.iter().any(|&(wc, wi, w)| !(wc == c && wi <= i) && overlap(w, r)))
-                })
-                .collect()
-        })
+        .flat_map(|(c, ch)| ch.iter().enumerate().filter_map(move |(i, st)| Some((c, i, l.resolve(pick(st)?)))))
         .collect()
+}
+
+/// `f(channel, position, step)` for every step, in the schedule's shape.
+fn per_step(s: &Schedule, f: impl Fn(usize, usize, &Step) -> bool) -> Vec<Vec<bool>> {
+    s.channels.iter().enumerate().map(|(c, ch)| ch.iter().enumerate().map(|(i, st)| f(c, i, st)).collect()).collect()
+}
+
+/// Whether step `w` may write while step `send` is still sending: it is
+/// another channel's, or later in the same one.
+fn may_meet(send: (usize, usize), w: (usize, usize)) -> bool {
+    !(w.0 == send.0 && w.1 <= send.1)
 }
 
 /// Whether two resolved regions share an element.
@@ -93,28 +101,13 @@ fn overlap(a: Region, b: Region) -> bool {
 ///
 /// [`SendConn::reclaim`]: crate::transport::SendConn::reclaim
 fn guards(s: &Schedule, l: &Layout, safe: &[Vec<bool>]) -> Vec<Vec<bool>> {
-    let held: Vec<(usize, usize, Region)> = s
-        .channels
-        .iter()
-        .enumerate()
-        .flat_map(|(c, ch)| ch.iter().enumerate().filter_map(move |(i, st)| Some((c, i, st.sends_as_is()?))))
-        .filter(|&(c, i, _)| !safe[c][i])
-        .map(|(c, i, r)| (c, i, l.resolve(r)))
-        .collect();
-    s.channels
-        .iter()
-        .enumerate()
-        .map(|(wc, ch)| {
-            ch.iter()
-                .enumerate()
-                .map(|(wi, st)| {
-                    st.writes()
-                        .map(|w| l.resolve(w))
-                        .is_some_and(|w| held.iter().any(|&(c, i, r)| !(wc == c && wi <= i) && overlap(w, r)))
-                })
-                .collect()
-        })
-        .collect()
+    let mut held = regions(s, l, Step::sends_as_is);
+    held.retain(|&(c, i, _)| !safe[c][i]);
+    per_step(s, |wc, wi, st| {
+        st.writes()
+            .map(|w| l.resolve(w))
+            .is_some_and(|w| held.iter().any(|&(c, i, r)| may_meet((c, i), (wc, wi)) && overlap(w, r)))
+    })
 }
 
 impl Wiring {
