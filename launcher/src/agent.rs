@@ -109,9 +109,9 @@ pub fn main() -> i32 {
                 }
             }
             Ok(Input::Order(Order::Signal(sig))) => ranks.signal(sig),
-            Ok(Input::Order(Order::Lost(lost, why))) => {
+            Ok(Input::Order(Order::Lost { host, ranks, why })) => {
                 if let Some(tag) = &tag {
-                    spawn::note_lost(tag, &lost, &why);
+                    spawn::note_lost(tag, &ranks, &host, &why);
                 }
             }
             Ok(Input::Closed) if closed_at.is_none() => {

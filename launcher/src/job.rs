@@ -119,12 +119,12 @@ fn kill(ctl: &[Control], sig: i32) {
 /// Tells every host's ranks of job `tag` that `lost` are gone, and why: a
 /// rank waiting on them fails now, naming them, instead of when its own
 /// link times out (a sender's, only after minutes of retransmissions).
-fn note_lost(ctl: &[Control], tag: &str, lost: &[usize], why: &str) {
+fn note_lost(ctl: &[Control], tag: &str, lost: &[usize], host: &str, why: &str) {
     for c in ctl {
         match c {
-            Control::Local(_) => spawn::note_lost(tag, lost, why),
+            Control::Local(_) => spawn::note_lost(tag, lost, host, why),
             Control::Remote(tx) => {
-                let _ = tx.send(Order::Lost(lost.to_vec(), why.to_string()));
+                let _ = tx.send(Order::Lost { host: host.into(), ranks: lost.to_vec(), why: why.into() });
             }
         }
     }
@@ -279,8 +279,8 @@ fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>, tag: &st
                         first_fail = Some((HOST_LOST, Instant::now()));
                     }
                     if !lost.is_empty() {
-                        let why = format!("cclrun lost its connection to {} ({why})", spec.host_names[h]);
-                        note_lost(ctl, tag, &lost, &why);
+                        let why = format!("cclrun lost its connection to it ({why})");
+                        note_lost(ctl, tag, &lost, &spec.host_names[h], &why);
                     }
                     for r in lost {
                         status[r] = Some(Status { code: Some(HOST_LOST), signal: None });

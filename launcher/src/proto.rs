@@ -3,8 +3,8 @@
 //! cclrun → agent (the agent's stdin): one JSON line, the [`HostJob`];
 //! after the agent says `READY`, the line `GO` (start the ranks) and then
 //! any number of [`Order`]s: `SIG <n>` (signal every rank) and
-//! `LOST <rank>,<rank>... <why>` (ranks elsewhere that cclrun gave up on,
-//! for the ranks here that wait on them). End of input means cclrun is
+//! `LOST <host> <rank>,<rank>... <why>` (ranks of another host that cclrun
+//! gave up on, for the ranks here that wait on them). End of input means cclrun is
 //! gone: the agent ends its ranks.
 //!
 //! agent → cclrun (its stdout), one message a line: `READY`, `FAIL <why>`,
@@ -180,17 +180,25 @@ pub fn decode(line: &[u8]) -> Result<Msg, String> {
 pub enum Order {
     /// Signal every rank.
     Signal(i32),
-    /// These ranks (on another host) are lost, for this reason.
-    Lost(Vec<usize>, String),
+    /// These ranks of another host are lost, for a reason.
+    Lost {
+        /// Their host, as the hostfile names it.
+        host: String,
+        /// The ranks.
+        ranks: Vec<usize>,
+        /// Why.
+        why: String,
+    },
 }
 
 /// One order as a line.
 pub fn encode_order(o: &Order) -> Vec<u8> {
     match o {
         Order::Signal(sig) => format!("SIG {sig}\n"),
-        Order::Lost(ranks, why) => {
+        Order::Lost { host, ranks, why } => {
             let ranks: Vec<String> = ranks.iter().map(usize::to_string).collect();
-            format!("LOST {} {}\n", ranks.join(","), why.replace('\n', " "))
+            let host = host.replace(char::is_whitespace, "_");
+            format!("LOST {host} {} {}\n", ranks.join(","), why.replace('\n', " "))
         }
     }
     .into_bytes()
@@ -202,9 +210,10 @@ pub fn decode_order(line: &[u8]) -> Option<Order> {
     if let Some(sig) = line.strip_prefix("SIG ") {
         return sig.parse().ok().map(Order::Signal);
     }
-    let (ranks, why) = line.strip_prefix("LOST ")?.split_once(' ')?;
+    let mut w = line.strip_prefix("LOST ")?.splitn(3, ' ');
+    let (host, ranks, why) = (w.next()?, w.next()?, w.next()?);
     let ranks = ranks.split(',').map(|r| r.parse().ok()).collect::<Option<Vec<usize>>>()?;
-    Some(Order::Lost(ranks, why.to_string()))
+    Some(Order::Lost { host: host.to_string(), ranks, why: why.to_string() })
 }
 
 #[cfg(test)]
@@ -237,17 +246,24 @@ mod tests {
 
     #[test]
     fn orders_round_trip_and_garbage_is_none() {
+        let lost = |host: &str, ranks: &[usize], why: &str| Order::Lost {
+            host: host.into(),
+            ranks: ranks.to_vec(),
+            why: why.into(),
+        };
         let orders = [
             Order::Signal(15),
-            Order::Lost(vec![4], "cclrun lost host3".into()),
-            Order::Lost(vec![4, 5, 63], "cclrun lost its link to h (connection lost: transport read)".into()),
+            lost("host3", &[4], "cclrun lost it"),
+            lost("10.1.2.3", &[4, 5, 63], "cclrun lost its connection to it (connection lost: transport read)"),
         ];
         for o in orders {
             assert_eq!(decode_order(&encode_order(&o)), Some(o));
         }
-        let flat = encode_order(&Order::Lost(vec![1], "two\nlines".into()));
-        assert_eq!(decode_order(&flat), Some(Order::Lost(vec![1], "two lines".into())));
-        for bad in [&b"GO"[..], b"SIG", b"SIG x", b"LOST", b"LOST 4", b"LOST 4,x why", b"LOST ,4 why"] {
+        let flat = encode_order(&lost("a host", &[1], "two\nlines"));
+        assert_eq!(decode_order(&flat), Some(lost("a_host", &[1], "two lines")));
+        for bad in
+            [&b"GO"[..], b"SIG", b"SIG x", b"LOST", b"LOST h 4", b"LOST h 4,x why", b"LOST h ,4 why", b"LOST 4 why"]
+        {
             assert_eq!(decode_order(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }

@@ -229,12 +229,12 @@ fn pump(r: impl Read + Send + 'static, rank: usize, err: bool, tx: Sender<Event>
     });
 }
 
-/// Tells this host's ranks of job `job_tag` that `ranks` are lost and why
-/// (see [`ccl::transport::lost_notes`]), so that ranks waiting on them fail
-/// now instead of when their own links time out.
-pub fn note_lost(job_tag: &str, ranks: &[usize], why: &str) {
-    let at = ccl::transport::lost_notes::path(job_tag, std::process::id());
-    if let Err(e) = ccl::transport::lost_notes::add(&at, ranks, why) {
+/// Tells this host's ranks of job `job_tag` that `ranks` of `host` are
+/// lost and why (see [`ccl::bootstrap::lost_notes`]), so that ranks waiting
+/// on them fail now instead of when their own links time out.
+pub fn note_lost(job_tag: &str, ranks: &[usize], host: &str, why: &str) {
+    let at = ccl::bootstrap::lost_notes::path(job_tag, std::process::id());
+    if let Err(e) = ccl::bootstrap::lost_notes::add(&at, ranks, host, why) {
         eprintln!("cclrun: cannot note lost ranks in {}: {e}", at.display());
     }
 }

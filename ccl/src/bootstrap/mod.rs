@@ -8,6 +8,7 @@ pub mod auth;
 pub mod hostid;
 pub mod id;
 pub mod launch;
+pub mod lost_notes;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod probe;
@@ -80,10 +81,10 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .map(|p| p.addr.parse().map_err(|_| Error::transport(format!("rank {} sent address {:?}", p.rank, p.addr))))
         .collect::<Result<Vec<std::net::SocketAddr>>>()
         .map_err(at)?;
-    let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable)
-        .with_lost_notes(env.launcher_pid.map(|p| crate::transport::lost_notes::path(&job, p)));
+    let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
-    let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?;
+    let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?
+        .with_lost_notes(env.launcher_pid.map(|p| lost_notes::path(&job, p)));
     let comm_id = u64::from_str_radix(&job, 16).unwrap_or(1);
     if config.debug >= crate::config::LogLevel::Info && env.rank == 0 {
         eprintln!("ccl INFO {} ranks started by {}, rendezvous {}", env.size, env.source, env.id);

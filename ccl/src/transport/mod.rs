@@ -13,14 +13,19 @@
 pub mod doorbell;
 pub mod fifo;
 pub mod local;
-pub mod lost_notes;
 pub mod shm;
 pub mod tcp;
 
-use crate::error::{Error, Result};
+use crate::bootstrap::lost_notes;
+use crate::error::{Error, ErrorKind, Result};
 use doorbell::Doorbell;
 use fifo::{FifoRecv, FifoSend};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a waiting rank checks that its peers are alive.
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 
 /// Identifies one direction of one connection: communicator, endpoints
 /// (world ranks), channel.
@@ -292,6 +297,10 @@ impl RecvConn {
 /// Transports in order of preference; the first that can connect a pair does.
 pub struct Registry {
     list: Vec<Arc<dyn Transport>>,
+    /// Where the launcher notes ranks it gave up on ([`lost_notes`]).
+    lost_notes: Option<PathBuf>,
+    /// When peers were last checked for life.
+    last_check: Mutex<Instant>,
 }
 
 impl Registry {
@@ -301,7 +310,13 @@ impl Registry {
         if list.is_empty() {
             return Err(Error::internal("no transport"));
         }
-        Ok(Registry { list })
+        Ok(Registry { list, lost_notes: None, last_check: Mutex::new(Instant::now()) })
+    }
+
+    /// Also fails a wait on a rank the launcher noted as lost at `at`.
+    pub fn with_lost_notes(mut self, at: Option<PathBuf>) -> Self {
+        self.lost_notes = at;
+        self
     }
 
     fn pick(&self, from: usize, to: usize) -> Result<&Arc<dyn Transport>> {
@@ -346,8 +361,46 @@ impl Registry {
         self.list.iter().for_each(|t| t.publish_lost(lost));
     }
 
-    /// Whether every transport is up and `peers` (endpoints) are alive.
+    /// Whether every transport is up and `peers` (endpoints) are alive:
+    /// not noted lost by the launcher, nor gone as each transport sees it.
+    /// Checked at most every [`LIVENESS_EVERY`]; in between, `Ok`.
     pub fn check_alive(&self, peers: &[usize]) -> Result<()> {
+        let Ok(mut last) = self.last_check.lock() else { return Ok(()) };
+        if peers.is_empty() || last.elapsed() < LIVENESS_EVERY {
+            return Ok(());
+        }
+        *last = Instant::now();
+        let noted = self.lost_notes.as_deref().map(lost_notes::read).unwrap_or_default();
+        if let Some(n) = noted.into_iter().find(|n| peers.contains(&n.rank)) {
+            let rank = n.rank;
+            return Err(Error::new(ErrorKind::PeerLost { rank, host: n.host, why: n.why }).with_peer(rank));
+        }
         self.list.iter().try_for_each(|t| t.check_alive(peers))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_on_a_rank_the_launcher_gave_up_on_fails() {
+        let at = lost_notes::path(&format!("regtest{}", std::process::id()), std::process::id());
+        let fabric = local::Fabric::new(3, 2, 64);
+        let reg = Registry::new(vec![Arc::new(fabric.endpoint(0)) as Arc<dyn Transport>])
+            .expect("registry")
+            .with_lost_notes(Some(at.clone()));
+        let checked = |peers: &[usize]| {
+            std::thread::sleep(LIVENESS_EVERY); // checks are spaced that far apart
+            reg.check_alive(peers)
+        };
+        assert!(checked(&[1, 2]).is_ok(), "no notes yet");
+        lost_notes::add(&at, &[2], "host3", "cclrun lost its connection to it").expect("note");
+        assert!(checked(&[1]).is_ok(), "rank 1 is not noted");
+        let e = checked(&[1, 2]).expect_err("rank 2 is noted lost");
+        std::fs::remove_file(&at).expect("remove");
+        assert!(matches!(e.kind(), ErrorKind::PeerLost { rank: 2, .. }), "{e}");
+        assert!(e.to_string().contains("lost rank 2 on host3: cclrun lost its connection to it"), "{e}");
+        assert_eq!(e.context().peer, Some(2), "{e}");
     }
 }

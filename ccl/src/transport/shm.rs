@@ -25,12 +25,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Where the files live.
 pub(crate) const DIR: &str = "/dev/shm";
-/// How often peers' processes are checked for life while waiting.
-const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 
 /// A doorbell in a shared mapping.
 pub struct BellMap {
@@ -84,9 +81,7 @@ pub struct Shm {
     slot_bytes: usize,
     bell: Arc<BellMap>,
     peer_bells: Mutex<HashMap<usize, Arc<BellMap>>>,
-    last_check: Mutex<Instant>,
     enabled: bool,
-    lost_notes: Option<PathBuf>,
 }
 
 impl Shm {
@@ -161,17 +156,8 @@ impl Shm {
             slot_bytes,
             bell,
             peer_bells: Mutex::new(HashMap::new()),
-            last_check: Mutex::new(Instant::now()),
             enabled,
-            lost_notes: None,
         }
-    }
-
-    /// Also fails a wait on a rank the launcher noted as lost at `at`
-    /// (see [`lost_notes`](super::lost_notes)).
-    pub fn with_lost_notes(mut self, at: Option<PathBuf>) -> Self {
-        self.lost_notes = at;
-        self
     }
 
     /// `peer`'s doorbell page, if it is mapped here or still on disk.
@@ -297,18 +283,6 @@ impl Transport for Shm {
     }
 
     fn check_alive(&self, peers: &[usize]) -> Result<()> {
-        let Ok(mut last) = self.last_check.lock() else { return Ok(()) };
-        if last.elapsed() < LIVENESS_EVERY {
-            return Ok(());
-        }
-        *last = Instant::now();
-        if let Some(at) = self.lost_notes.as_ref().filter(|_| !peers.is_empty()) {
-            let lost = super::lost_notes::read(at);
-            if let Some((rank, why)) = lost.into_iter().find(|(r, _)| peers.contains(r) && *r != self.me) {
-                let host = self.hosts.get(rank).cloned().unwrap_or_default();
-                return Err(Error::new(ErrorKind::PeerLost { rank, host, why }).with_peer(rank));
-            }
-        }
         for &rank in peers {
             let (Some(&pid), Some(host)) = (self.pids.get(rank), self.hosts.get(rank)) else { continue };
             if rank == self.me || Some(host) != self.hosts.get(self.me) {
@@ -331,31 +305,5 @@ impl Transport for Shm {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_wait_on_a_rank_the_launcher_gave_up_on_fails() {
-        let job = format!("shmtest{}", std::process::id());
-        let me = std::process::id();
-        let bell = Shm::create_bell(&job, 0).expect("bell");
-        let notes = super::super::lost_notes::path(&job, me);
-        let hosts = vec!["a".to_string(), "b".into(), "c".into()];
-        let shm = Shm::new(&job, 0, bell, hosts, vec![me, 1, 1], 2, 4096, true).with_lost_notes(Some(notes.clone()));
-        let checked = |peers: &[usize]| {
-            std::thread::sleep(LIVENESS_EVERY); // checks are spaced that far apart
-            shm.check_alive(peers)
-        };
-        assert!(checked(&[1, 2]).is_ok(), "no notes yet");
-        super::super::lost_notes::add(&notes, &[2], "cclrun lost its link to c").expect("note");
-        assert!(checked(&[1]).is_ok(), "rank 1 is not noted");
-        let e = checked(&[1, 2]).expect_err("rank 2 is noted lost");
-        std::fs::remove_file(&notes).expect("remove");
-        assert!(matches!(e.kind(), ErrorKind::PeerLost { rank: 2, host, .. } if host == "c"), "{e}");
-        assert!(e.to_string().contains("lost rank 2 on c: cclrun lost its link to c"), "{e}");
     }
 }

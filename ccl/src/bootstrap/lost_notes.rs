@@ -6,28 +6,40 @@
 //! time out, minutes later. cclrun learns sooner (its own link to the host
 //! is idle, so its keepalive runs first) and writes the host's ranks into
 //! this file in each surviving host's shared memory, through the agent
-//! there; ranks read it while they wait (see `Shm::check_alive`).
+//! there; ranks read it while they wait (`Registry::check_alive`).
 //!
 //! The file is `/dev/shm/ccl-<job>-lost-p<pid>`, `<pid>` being the process
 //! that started this host's ranks (cclrun or its agent), which passes it as
-//! `CCL_LAUNCHER_PID`. One line per lost rank: `<rank> <why>`.
+//! `CCL_LAUNCHER_PID`. One line per lost rank: `<rank> <host> <why>`.
 
+use crate::transport::shm::{Shm, DIR};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// A rank the launcher gave up on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// The lost rank.
+    pub rank: usize,
+    /// Its host, as the launcher names it.
+    pub host: String,
+    /// Why.
+    pub why: String,
+}
 
 /// The notes file of job `job` whose ranks on this host process
 /// `launcher_pid` started.
 pub fn path(job: &str, launcher_pid: u32) -> PathBuf {
-    PathBuf::from(format!("{}/{}lost-p{launcher_pid}", super::shm::DIR, super::shm::Shm::file_prefix(job)))
+    PathBuf::from(format!("{DIR}/{}lost-p{launcher_pid}", Shm::file_prefix(job)))
 }
 
-/// Adds `ranks` to the notes at `at`, each lost because of `why`. Readers
-/// see the whole file before or after, never part of it.
-pub fn add(at: &Path, ranks: &[usize], why: &str) -> std::io::Result<()> {
+/// Adds `ranks` of `host` to the notes at `at`, each lost because of
+/// `why`. Readers see the whole file before or after, never part of it.
+pub fn add(at: &Path, ranks: &[usize], host: &str, why: &str) -> std::io::Result<()> {
     let mut text = std::fs::read_to_string(at).unwrap_or_default();
-    let why = why.replace('\n', " ");
+    let (host, why) = (host.replace(char::is_whitespace, "_"), why.replace('\n', " "));
     for r in ranks {
-        text.push_str(&format!("{r} {why}\n"));
+        text.push_str(&format!("{r} {host} {why}\n"));
     }
     let mut tmp = at.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -36,14 +48,15 @@ pub fn add(at: &Path, ranks: &[usize], why: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, at)
 }
 
-/// The lost ranks noted at `at`, with why; none when there is no file.
-/// Lines that do not parse are skipped.
-pub fn read(at: &Path) -> Vec<(usize, String)> {
+/// The notes at `at`; none when there is no file. Lines that do not parse
+/// are skipped.
+pub fn read(at: &Path) -> Vec<Note> {
     let Ok(text) = std::fs::read_to_string(at) else { return Vec::new() };
     text.lines()
         .filter_map(|l| {
-            let (r, why) = l.split_once(' ')?;
-            Some((r.parse().ok()?, why.to_string()))
+            let mut w = l.splitn(3, ' ');
+            let (rank, host, why) = (w.next()?.parse().ok()?, w.next()?, w.next()?);
+            Some(Note { rank, host: host.to_string(), why: why.to_string() })
         })
         .collect()
 }
@@ -56,17 +69,15 @@ mod tests {
     fn notes_add_up_and_read_back() {
         let at = path(&format!("test{}", std::process::id()), std::process::id());
         assert!(read(&at).is_empty(), "no file: nobody lost");
-        add(&at, &[4, 5], "cclrun lost its link to host3\n(timed out)").expect("add");
-        add(&at, &[7], "cclrun lost host4").expect("add");
+        add(&at, &[4, 5], "host3", "cclrun lost its connection\n(timed out)").expect("add");
+        add(&at, &[7], "host 4", "cclrun lost it").expect("add");
         // a line another writer garbled is skipped, not a panic
         let mut f = std::fs::OpenOptions::new().append(true).open(&at).expect("open");
-        f.write_all(b"x not a rank\n12\n").expect("write");
+        f.write_all(b"x host not a rank\n12 host\n").expect("write");
         let got = read(&at);
         std::fs::remove_file(&at).expect("remove");
-        let want = [(4, "cclrun lost its link to host3 (timed out)"), (5, "cclrun lost its link to host3 (timed out)")];
-        assert_eq!(got.len(), 3, "{got:?}");
-        for (g, w) in got.iter().zip(want.iter().chain([&(7, "cclrun lost host4")])) {
-            assert_eq!((g.0, g.1.as_str()), *w);
-        }
+        let note = |rank: usize, host: &str, why: &str| Note { rank, host: host.into(), why: why.into() };
+        let why = "cclrun lost its connection (timed out)";
+        assert_eq!(got, [note(4, "host3", why), note(5, "host3", why), note(7, "host_4", "cclrun lost it")]);
     }
 }
