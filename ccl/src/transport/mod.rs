@@ -155,7 +155,8 @@ impl SendConn {
             return Err(Error::internal(format!("a held message of {bytes} B exceeds a slot")));
         }
         match self {
-            // SAFETY: the caller's contract is lend's.
+            // SAFETY: the caller's contract is lend's; a held message fits
+            // a slot (checked above).
             SendConn::Tcp(t) => unsafe { t.lend(p, bytes, fp, hold) },
             _ => return Err(Error::internal("a memory FIFO was lent a message: it sends only from its slots")),
         }

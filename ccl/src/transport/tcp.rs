@@ -456,11 +456,12 @@ impl TcpSend {
     /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
     /// [`lent`](Self::lent) says every lent frame is written,
     /// [`forget_lent`](Self::forget_lent) has run, or (held frames only)
-    /// [`reclaim`](Self::reclaim) has taken it back.
+    /// [`reclaim`](Self::reclaim) has taken it back. A held frame fits a
+    /// slot (`bytes` at most [`slot_bytes`](Self::slot_bytes)).
     pub(crate) unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], hold: bool) {
+        debug_assert!(!hold || bytes <= self.slots.slot_bytes, "the caller's contract");
         let slot = self.reserved.take();
-        debug_assert!(!hold || bytes <= self.slots.slot_bytes, "checked by SendConn::lend");
-        let held = if hold && bytes <= self.slots.slot_bytes { slot } else { None };
+        let held = if hold { slot } else { None };
         if held.is_none() {
             self.free.extend(slot);
         }
@@ -487,7 +488,7 @@ impl TcpSend {
                     let Some(slot) = held else { continue };
                     // SAFETY: lent memory of `f.len` bytes, valid and unchanged
                     // until now (`lend`'s contract); the held slot is this
-                    // end's, at least `f.len` bytes (checked in `lend`), and
+                    // end's, at least `f.len` bytes (`lend`'s contract), and
                     // not the lent memory.
                     unsafe { std::ptr::copy_nonoverlapping(q, self.slots.ptr(slot), f.len) };
                     f.payload = Payload::Slot(slot);
