@@ -1,6 +1,7 @@
 //! What the blocking collectives accept as buffers: host memory (`[T]`,
-//! `Vec<T>`, `[T; N]`) or device memory ([`DeviceBuffer<T>`]).
+//! `Vec<T>`, `[T; N]`, [`SharedBuffer<T>`]) or device memory ([`DeviceBuffer<T>`]).
 
+use super::shared::{SharedBuffer, Window};
 use crate::gpu::{DeviceBuffer, Stream};
 use crate::Reduce;
 
@@ -31,6 +32,11 @@ pub trait Buffer<T>: sealed::Sealed {
     fn elems(&self) -> usize;
     #[doc(hidden)]
     fn place(&self) -> Place;
+    /// The shared memory the buffer lives in, for a [`SharedBuffer`].
+    #[doc(hidden)]
+    fn window(&self) -> Option<&Window> {
+        None
+    }
 }
 
 /// A buffer a collective writes.
@@ -74,5 +80,25 @@ impl<T: Reduce> Buffer<T> for DeviceBuffer<T> {
 impl<T: Reduce> BufferMut<T> for DeviceBuffer<T> {
     fn place_mut(&mut self) -> Place {
         self.place()
+    }
+}
+
+impl<T: Reduce> sealed::Sealed for SharedBuffer<T> {}
+
+impl<T: Reduce> Buffer<T> for SharedBuffer<T> {
+    fn elems(&self) -> usize {
+        self.len()
+    }
+    fn place(&self) -> Place {
+        Place::Host(self.as_ptr() as *const u8)
+    }
+    fn window(&self) -> Option<&Window> {
+        Some(SharedBuffer::window(self))
+    }
+}
+
+impl<T: Reduce> BufferMut<T> for SharedBuffer<T> {
+    fn place_mut(&mut self) -> Place {
+        Place::Host(self.as_mut_ptr() as *const u8)
     }
 }

@@ -64,6 +64,8 @@ pub(crate) struct Inner {
     /// The GPU (context) of the first device call; later ones must match.
     gpu: Mutex<Option<(u64, String)>>,
     splits: AtomicU64,
+    /// Shared buffers allocated so far (numbers them alike on every rank).
+    pub windows: AtomicU64,
     aborted: Arc<AtomicBool>,
     /// The calls in flight and the schedules made so far (by what
     /// determines them: a repeated call reuses its schedule instead of
@@ -151,6 +153,7 @@ impl Group {
             p2p_seq: AtomicU64::new(0),
             gpu: Mutex::new(None),
             splits: AtomicU64::new(0),
+            windows: AtomicU64::new(0),
             aborted,
             state: Mutex::new(State { engine, plans }),
         };

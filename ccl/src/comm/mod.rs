@@ -5,6 +5,7 @@ mod buffer;
 mod engine;
 mod group;
 mod request;
+mod shared;
 mod stores;
 mod typed;
 
@@ -14,4 +15,7 @@ pub use buffer::{Buffer, BufferMut};
 pub use engine::install_dump_on_sigusr1;
 pub use group::Group;
 pub use request::Request;
+pub use shared::SharedBuffer;
+#[doc(hidden)]
+pub use shared::Window;
 pub use typed::Communicator;

@@ -10,6 +10,7 @@
 use super::buffer::{Buffer, BufferMut, Place};
 use super::group::{Call, Group};
 use super::request::Request;
+use super::shared::{self, SharedBuffer, Window};
 use crate::algo::Coll;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{NoOp, ReduceOp};
@@ -143,12 +144,45 @@ impl<T: Reduce> Communicator<T> {
         Call { coll, count, root, input, output, in_place, timeout: self.timeout, device: None }
     }
 
+    /// Allocates `len` zeroed elements in memory that every rank of this
+    /// communicator maps, when they all share one host (a collective call:
+    /// every rank calls it, in the same order, with the same `len`). An
+    /// all-reduce whose buffers all come from such allocations (on every
+    /// rank, each its own buffer of the same allocation) then reads the
+    /// peers' inputs and writes their outputs directly instead of passing
+    /// the data through slots: each rank reduces its share of the elements
+    /// and writes the result into every rank's output. Other calls, calls
+    /// under 16 KiB, calls with `CCL_ALGO` set, and communicators spanning
+    /// hosts (or `CCL_SHM_DISABLE=1`) use the buffer as ordinary memory.
+    pub fn alloc_shared(&self, len: usize) -> Result<SharedBuffer<T>> {
+        shared::alloc::<T>(&self.group, len)
+    }
+
+    /// Runs an all-reduce of `count` elements from `input` (in place:
+    /// `None`) into `output` directly through shared memory when it can;
+    /// `None` when the call should go through the connections instead.
+    fn direct<O: ReduceOp<T>>(&self, input: Option<&Window>, output: &Window, count: usize) -> Option<Result<()>> {
+        let g = &self.group;
+        let worth = g.size() > 1
+            && g.config().algo.is_none()
+            && count.saturating_mul(std::mem::size_of::<T>()) >= shared::DIRECT_MIN_BYTES;
+        if !worth || !output.direct_for(g, input) {
+            return None;
+        }
+        let seq = g.next_seq(Coll::AllReduce);
+        let r = shared::all_reduce::<T, O>(g, seq, self.timeout, input, output, count);
+        Some(r.map_err(|e| e.in_call(Coll::AllReduce.name(), seq).at_rank(self.rank())))
+    }
+
     /// Reduces `buf` over all ranks, in place: afterwards every rank holds
     /// `op` applied element-wise to all ranks' `buf`. `buf` is host memory
     /// (a slice, `Vec` or array) or a [`DeviceBuffer`](crate::gpu::DeviceBuffer), as for
     /// every blocking collective.
     pub fn all_reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let n = buf.elems();
+        if let Some(r) = buf.window().and_then(|w| self.direct::<O>(None, w, n)) {
+            return r;
+        }
         self.blocking::<O>(Coll::AllReduce, || Ok(()), n, 0, None, Some(buf.place_mut()), true)
     }
 
@@ -160,6 +194,11 @@ impl<T: Reduce> Communicator<T> {
         O: ReduceOp<T>,
     {
         let (n, rl) = (send.elems(), recv.elems());
+        if let (Some(i), Some(o), true) = (send.window(), recv.window(), n == rl) {
+            if let Some(r) = self.direct::<O>(Some(i), o, n) {
+                return r;
+            }
+        }
         let check = || exact("recv buffer", n, rl);
         self.blocking::<O>(Coll::AllReduce, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
     }

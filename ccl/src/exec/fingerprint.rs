@@ -156,8 +156,12 @@ impl fmt::Display for Fingerprint {
     }
 }
 
-const KNOWN_TYPES: [&str; 14] =
-    ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "isize", "usize", "f32", "f64", "f16", "bf16"];
+const KNOWN_TYPES: [&str; 15] =
+    ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "isize", "usize", "f32", "f64", "f16", "bf16", SHARED_FRAME];
+
+/// The element type of the calls that frame an all-reduce on shared
+/// buffers (`comm::shared`).
+pub(crate) const SHARED_FRAME: &str = "shared-buffer frame";
 const KNOWN_OPS: [&str; 8] = ["sum", "prod", "min", "max", "avg", "band", "bor", "bxor"];
 
 #[cfg(test)]

@@ -160,6 +160,34 @@ pub fn large(g: &Group, seed: u64) -> Check {
     movements::<f32>(g, seed, &mut call, LARGE)
 }
 
+/// Counts of the shared-buffer calls: under 16 KiB (through the
+/// connections) and over it (directly; the last in several 32 KiB blocks
+/// per rank), none dividing evenly by 3 ranks.
+pub const SHARED_COUNTS: [usize; 3] = [700, 6_001, 40_003];
+
+/// All-reduce on buffers from `alloc_shared`, in place and not: past 16 KiB
+/// on one host each rank reduces its share straight out of every rank's
+/// input into every rank's output.
+fn shared<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, count: usize, small: bool) -> Check {
+    let comm = g.typed::<T>();
+    let (n, r) = (g.size(), g.rank());
+    *call += 1;
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, *call, k, count, small)).collect();
+    let want = reference::<T, O>(&ins);
+    let what = |s: &str| format!("{s}<{}, {}> on shared buffers, count {count}", T::NAME, O::NAME);
+    let mut buf = comm.alloc_shared(count).map_err(err)?;
+    let mut out = comm.alloc_shared(count).map_err(err)?;
+    for _ in 0..2 {
+        buf.copy_from_slice(&ins[r]);
+        comm.all_reduce_into(&buf, &mut out, O::default()).map_err(err)?;
+        compare(&what("all_reduce_into"), &out, &want, n)?;
+        compare(&what("all_reduce_into's input"), &buf, &ins[r], 1)?;
+        comm.all_reduce(&mut buf, O::default()).map_err(err)?;
+        compare(&what("all_reduce"), &buf, &want, n)?;
+    }
+    Ok(())
+}
+
 /// Runs the whole matrix on this rank; with `CCL_TEST_LARGE=1`, also the
 /// [`large`] calls.
 pub fn everything(g: &Group, seed: u64) -> Check {
@@ -167,6 +195,13 @@ pub fn everything(g: &Group, seed: u64) -> Check {
         large(g, seed)?;
     }
     let mut call = 0;
+    for count in SHARED_COUNTS {
+        shared::<f32, Sum>(g, seed, &mut call, count, true)?;
+        shared::<f64, Avg>(g, seed, &mut call, count, false)?;
+        shared::<i32, Prod>(g, seed, &mut call, count, true)?;
+        shared::<f16, Max>(g, seed, &mut call, count, false)?;
+        shared::<Moments, Sum>(g, seed, &mut call, count, true)?;
+    }
     for count in COUNTS {
         reductions::<f32, Sum>(g, seed, &mut call, count, true)?;
         reductions::<f32, Sum>(g, seed, &mut call, count, false)?;

@@ -73,6 +73,11 @@ struct Args {
     /// emulated (host memory posing as a GPU: exercises the device path without one)
     #[arg(long, default_value = "host")]
     device: String,
+    /// Host buffers from `comm.alloc_shared` (memory every rank of the host maps: all_reduce
+    /// reads the peers' inputs and writes their outputs directly), as nccl-tests' -R with
+    /// registered buffers
+    #[arg(long)]
+    shared: bool,
 }
 
 fn bytes(s: &str) -> Result<usize, String> {
@@ -245,19 +250,20 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
 
     fn mode(&self, count: usize, bytes: usize, in_place: bool) -> ccl::Result<Mode> {
         let (li, lo) = self.lens(count);
+        let lo = if in_place { li.max(lo) } else { lo };
+        let Some((gpu, stream)) = &self.gpu else {
+            if self.a.shared {
+                let (input, output) = (self.comm.alloc_shared(li)?, self.comm.alloc_shared(lo)?);
+                return self.on_host(count, bytes, input, output, in_place);
+            }
+            return self.on_host(count, bytes, vec![T::zeroed(); li], vec![T::zeroed(); lo], in_place);
+        };
         let mut input = vec![T::zeroed(); li];
-        let mut output = vec![T::zeroed(); if in_place { li.max(lo) } else { lo }];
+        let mut output = vec![T::zeroed(); lo];
         let check = self.a.check != 0;
         if check {
             self.fill(count, &mut input, &mut output, in_place);
         }
-        let Some((gpu, stream)) = &self.gpu else {
-            if check {
-                self.call(&input, &mut output, in_place)?;
-            }
-            let wrong = if check { self.wrong(count, &output, in_place) } else { 0 };
-            return self.timed(bytes, wrong, || self.call(&input, &mut output, in_place));
-        };
         let din = gpu.upload(&input, stream)?;
         let mut dout = gpu.upload(&output, stream)?;
         if check {
@@ -266,6 +272,20 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         }
         let wrong = if check { self.wrong(count, &output, in_place) } else { 0 };
         self.timed(bytes, wrong, || self.call(&din, &mut dout, in_place))
+    }
+
+    /// Checks (if asked) and times the call on host buffers.
+    fn on_host<B>(&self, count: usize, bytes: usize, mut input: B, mut output: B, in_place: bool) -> ccl::Result<Mode>
+    where
+        B: BufferMut<T> + std::ops::DerefMut<Target = [T]>,
+    {
+        let check = self.a.check != 0;
+        if check {
+            self.fill(count, &mut input, &mut output, in_place);
+            self.call(&input, &mut output, in_place)?;
+        }
+        let wrong = if check { self.wrong(count, &output, in_place) } else { 0 };
+        self.timed(bytes, wrong, || self.call(&input, &mut output, in_place))
     }
 
     /// Times `call` (warm-up first); the slowest rank's time and the wrong elements of all ranks.
