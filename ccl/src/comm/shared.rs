@@ -1,19 +1,23 @@
-//! Shared buffers: memory every rank of a host maps, so that an all-reduce
-//! on it reads its peers' inputs and writes their outputs directly, with no
+//! Shared buffers: memory every rank of a host maps, so that collectives on
+//! it read their peers' inputs and write their outputs directly, with no
 //! slots in between (NCCL's `ncclMemAlloc` and buffer registration, in one
 //! collective call: [`Communicator::alloc_shared`](super::Communicator::alloc_shared)).
 //!
-//! Each rank reduces its share of the elements from every rank's input and
-//! writes the result into every rank's output: it reads and writes each of
-//! its share's bytes once per rank, as one memcpy of the buffer would. Two
-//! small all-reduces of the call's description frame the work: the first
-//! checks that every rank passed the same allocation, count, type and
-//! operator, and lets no rank read an input before its owner has entered
-//! the call; the second lets no rank return before every output is
-//! written. Both go through the connections like any call, so deadlines,
-//! lost peers and mismatched calls fail as they do there.
+//! In an all-reduce each rank reduces its share of the elements from every
+//! rank's input and writes the result into every rank's output: it reads
+//! and writes each of its share's bytes once per rank, as one memcpy of the
+//! buffer would. A reduce-scatter reduces the rank's own block, an
+//! all-gather writes it into every output, a broadcast copies the rank's
+//! share of the root's buffer. Two small all-reduces of the call's
+//! description frame the work: the first checks that every rank passed the
+//! same allocation, count, root, type and operator, and lets no rank read a
+//! buffer before its owner has entered the call; the second lets no rank
+//! return before every output is written. Both go through the connections
+//! like any call, so deadlines, lost peers and mismatched calls fail as they
+//! do there.
 
 use super::group::{Group, Inner};
+use crate::algo::Coll;
 use crate::config::LogLevel;
 use crate::error::{Error, Result};
 use crate::exec::fingerprint::NameHashes as Names;
@@ -235,24 +239,50 @@ impl ReduceOp<Frame> for Max {
     }
 }
 
-/// Every rank's description of the call, spread so that one all-reduce
-/// (max) shows whether all ranks agree: each value next to its complement.
-fn framing<T: Reduce, O: ReduceOp<T>>(input: Option<&Window>, output: &Window, count: usize) -> [Frame; 8] {
-    let kinds = (u64::from(Names::<T, O>::TYPE) << 32) | u64::from(Names::<T, O>::OP);
-    let words = [input.map_or(u64::MAX, |w| w.number), output.number, count as u64, kinds];
-    let mut v = [Frame(0); 8];
-    for (i, w) in words.iter().enumerate() {
-        v[2 * i] = Frame(*w);
-        v[2 * i + 1] = Frame(!w);
+/// A call to run directly on shared buffers: counts as in
+/// [`Call`](super::group::Call) (a rank's block for the gather and the
+/// scatter); in place, `input` is `None` and the data is in `output`.
+pub(crate) struct Direct<'w> {
+    pub coll: Coll,
+    pub root: usize,
+    pub count: usize,
+    pub input: Option<&'w Window>,
+    pub output: &'w Window,
+}
+
+impl Direct<'_> {
+    /// Elements of each rank's input and output buffer the call touches.
+    fn lens(&self, n: usize) -> (usize, usize) {
+        let (c, all) = (self.count, self.count.saturating_mul(n));
+        let ip = self.input.is_none();
+        match self.coll {
+            Coll::AllGather => (c, all),
+            Coll::ReduceScatter => (all, if ip { all } else { c }),
+            _ => (c, c),
+        }
     }
-    v
+
+    /// Every rank's description of the call, spread so that one all-reduce
+    /// (max) shows whether all ranks agree: each value next to its complement.
+    fn framing<T: Reduce, O: ReduceOp<T>>(&self) -> [Frame; 12] {
+        let kinds = (u64::from(Names::<T, O>::TYPE) << 32) | u64::from(Names::<T, O>::OP);
+        let coll = u64::from(crate::exec::fingerprint::name_hash(self.coll.name()));
+        let input = self.input.map_or(u64::MAX, |w| w.number);
+        let words = [coll, self.root as u64, input, self.output.number, self.count as u64, kinds];
+        let mut v = [Frame(0); 12];
+        for (i, w) in words.iter().enumerate() {
+            v[2 * i] = Frame(*w);
+            v[2 * i + 1] = Frame(!w);
+        }
+        v
+    }
 }
 
 /// The framing all-reduce: numbered `seq`, like the call it frames.
-fn frame(group: &Group, seq: u64, timeout: Option<std::time::Duration>, mut v: [Frame; 8]) -> Result<()> {
+fn frame(group: &Group, seq: u64, timeout: Option<std::time::Duration>, mut v: [Frame; 12]) -> Result<()> {
     let want = v;
     let call = super::group::Call {
-        coll: crate::algo::Coll::AllReduce,
+        coll: Coll::AllReduce,
         count: v.len(),
         root: 0,
         input: std::ptr::NonNull::<Frame>::dangling().as_ptr(),
@@ -265,93 +295,187 @@ fn frame(group: &Group, seq: u64, timeout: Option<std::time::Duration>, mut v: [
     unsafe { group.run_numbered::<Frame, Max>(call, seq) }?;
     if v != want {
         return Err(Error::invalid(
-            "the ranks passed shared buffers of different alloc_shared calls, or different counts, types or \
-             operators: every rank must pass its buffer of the same allocation",
+            "the ranks passed shared buffers of different alloc_shared calls, or different counts, roots, types \
+             or operators: every rank must pass its buffer of the same allocation",
         ));
     }
     Ok(())
 }
 
-/// All-reduce number `seq` of `count` elements from every rank's `input`
-/// (in place: `output`) into every rank's `output`, reading and writing the
-/// peers' buffers directly. The windows must be direct for `group`.
-pub(crate) fn all_reduce<T: Reduce, O: ReduceOp<T>>(
-    group: &Group,
-    seq: u64,
-    timeout: Option<std::time::Duration>,
-    input: Option<&Window>,
-    output: &Window,
-    count: usize,
-) -> Result<()> {
-    let elem = std::mem::size_of::<T>();
-    let (n, me) = (group.size(), group.rank());
-    let need = count.saturating_mul(elem);
-    if need > output.bytes || input.is_some_and(|w| need > w.bytes) {
-        return Err(Error::internal("shared buffer smaller than its count"));
+/// The ranks' buffers of one window, as mapped here.
+struct Bufs<'w, T> {
+    w: &'w Window,
+    _t: PhantomData<T>,
+}
+
+impl<T: Reduce> Bufs<'_, T> {
+    /// Rank `r`'s elements `at..at + len`.
+    ///
+    /// # Safety
+    ///
+    /// The range must lie in the call's part of the buffer (checked against
+    /// the window's size by [`run`]), be one this rank alone touches during
+    /// the call, and not overlap another slice alive at the same time.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn at(&self, r: usize, at: usize, len: usize) -> &mut [T] {
+        // SAFETY: forwarded: every rank's buffer is mapped here for the
+        // window's life and holds the range; the framing calls order its
+        // owner's own accesses before and after the call.
+        unsafe { std::slice::from_raw_parts_mut((self.w.of(r) as *mut T).add(at), len) }
     }
-    let v = framing::<T, O>(input, output, count);
-    frame(group, seq, timeout, v)?;
-    let src = input.unwrap_or(output);
-    let share = crate::algo::part::split(0..count, n).swap_remove(me);
-    let block = (BLOCK_BYTES / elem.max(1)).max(1);
-    // large outputs out of place: reduce a block into memory that stays in
-    // L1, then stream it to every output, so that no output line is read
-    // before it is overwritten (in place, the lines were just read)
-    let nt = group.config().nt_stores_min;
-    let around = input.is_some() && nt > 0 && need >= nt && std::mem::align_of::<T>() <= 64;
-    #[repr(C, align(64))]
-    struct Block([u8; BLOCK_BYTES]);
-    let mut scratch = around.then(|| Box::new(Block([0; BLOCK_BYTES])));
-    let mut at = share.start;
-    while at < share.end {
-        let len = block.min(share.end - at);
-        let elems = |w: &Window, r: usize| {
-            // SAFETY: every rank's buffer holds `count` elements (checked
-            // above and by the framing call: same allocation and count on
-            // every rank), mapped here for the window's life; this range
-            // lies in this rank's share, which no other rank touches during
-            // the call, and the framing calls order the owners' own
-            // accesses before and after.
-            unsafe { (w.of(r) as *mut T).add(at) }
-        };
-        let tmp = match scratch.as_mut() {
-            // SAFETY: BLOCK_BYTES initialised bytes, 64-byte aligned (as
-            // `T` is, checked above), hold `len` ≤ BLOCK_BYTES / size elements;
+}
+
+/// How a rank writes what goes to other ranks' buffers.
+#[derive(Clone, Copy)]
+struct Stores {
+    /// Around the cache (large outputs): no output line is read before it
+    /// is overwritten.
+    around: bool,
+}
+
+impl Stores {
+    fn put<T: Copy>(self, dst: &mut [T], src: &[T]) {
+        if self.around {
+            ccl_kernels::copy_around_cache(dst, src)
+        } else {
+            dst.copy_from_slice(src)
+        }
+    }
+}
+
+/// Reduces elements `from..from + len` of every rank's `src` and writes the
+/// result at `to..` of the output of every rank in `dests` (always this
+/// rank's own, `me`, first). In place (`src` is the output window), this
+/// rank's own input range is its own output range.
+#[allow(clippy::too_many_arguments)]
+fn reduce_out<T: Reduce, O: ReduceOp<T>>(
+    (src, out): (&Bufs<'_, T>, &Bufs<'_, T>),
+    in_place: bool,
+    (from, to, len): (usize, usize, usize),
+    (n, me): (usize, usize),
+    dests: impl Iterator<Item = usize> + Clone,
+    stores: Stores,
+    scratch: &mut Option<Box<Block>>,
+) {
+    let block = (BLOCK_BYTES / std::mem::size_of::<T>().max(1)).max(1);
+    let mut at = 0;
+    while at < len {
+        let l = block.min(len - at);
+        // Every range below lies in this rank's share of the call, which no
+        // other rank touches; `tmp` is either scratch or this rank's output
+        // range, which no input slice overlaps (in place, this rank's own
+        // input range is that output range and is never read as an input).
+        let tmp: &mut [T] = match scratch.as_mut() {
+            // SAFETY: BLOCK_BYTES initialised bytes, 64-byte aligned (as `T`
+            // is, checked by `run`), hold `l` ≤ BLOCK_BYTES / size elements;
             // any bit pattern is a valid `T: Reduce`.
-            Some(b) => unsafe { std::slice::from_raw_parts_mut(b.0.as_mut_ptr() as *mut T, len) },
-            // SAFETY: see `elems`; this output range is written by this rank alone.
-            None => unsafe { std::slice::from_raw_parts_mut(elems(output, me), len) },
+            Some(b) => unsafe { std::slice::from_raw_parts_mut(b.0.as_mut_ptr() as *mut T, l) },
+            // SAFETY: this rank's output range of its share (see above).
+            None => unsafe { out.at(me, to + at, l) },
         };
-        let read = |r: usize| {
-            // SAFETY: see `elems`; an input range that is not `tmp`.
-            unsafe { std::slice::from_raw_parts(elems(src, r) as *const T, len) }
-        };
+        // SAFETY: input ranges of this rank's share, only read, none of them `tmp`.
+        let read = |r: usize| -> &[T] { unsafe { src.at(r, from + at, l) } };
         let mut others = (0..n).filter(|&r| r != me);
-        if let Some(first) = others.next() {
-            if input.is_some() {
-                O::reduce3(tmp, read(me), read(first));
-            } else {
-                O::reduce_into(tmp, read(first));
-            }
+        if in_place && scratch.is_none() {
+            // this rank's own contribution is already in `tmp`
+        } else if let Some(first) = others.next() {
+            O::reduce3(tmp, read(me), read(first));
+        } else {
+            tmp.copy_from_slice(read(me));
         }
         for r in others {
             O::reduce_into(tmp, read(r));
         }
         O::finish(tmp, n);
-        for r in (0..n).filter(|&r| around || r != me) {
-            // SAFETY: see `elems`: rank r's output range of this rank's share.
-            let dst = unsafe { std::slice::from_raw_parts_mut(elems(output, r), len) };
-            if around {
-                ccl_kernels::copy_around_cache(dst, tmp);
-            } else {
-                dst.copy_from_slice(tmp);
+        for r in dests.clone().filter(|&r| scratch.is_some() || r != me) {
+            // SAFETY: rank r's output range of this rank's share, not `tmp`
+            // (this rank's own is written only from scratch).
+            stores.put(unsafe { out.at(r, to + at, l) }, tmp);
+        }
+        at += l;
+    }
+}
+
+/// Scratch a block is reduced in before it is streamed out.
+#[repr(C, align(64))]
+struct Block([u8; BLOCK_BYTES]);
+
+/// Runs call number `seq` directly on the shared buffers (see [`Direct`]):
+/// all_reduce, broadcast (in place), all_gather and reduce_scatter. The
+/// windows must be direct for `group`.
+pub(crate) fn run<T: Reduce, O: ReduceOp<T>>(
+    group: &Group,
+    seq: u64,
+    timeout: Option<std::time::Duration>,
+    d: &Direct<'_>,
+) -> Result<()> {
+    let elem = std::mem::size_of::<T>();
+    let (n, me) = (group.size(), group.rank());
+    let (li, lo) = d.lens(n);
+    let too_small = |w: &Window, len: usize| len.saturating_mul(elem) > w.bytes;
+    if too_small(d.output, lo) || d.input.is_some_and(|w| too_small(w, li)) || d.root >= n {
+        return Err(Error::internal("shared buffers smaller than the call, or a root out of range"));
+    }
+    let v = d.framing::<T, O>();
+    frame(group, seq, timeout, v)?;
+    let out = Bufs::<T> { w: d.output, _t: PhantomData };
+    let src = Bufs::<T> { w: d.input.unwrap_or(d.output), _t: PhantomData };
+    let in_place = d.input.is_none();
+    // large outputs: written around the cache, from scratch that stays in
+    // L1 (in place, the output lines were just read: through the cache)
+    let nt = group.config().nt_stores_min;
+    let around = !in_place && nt > 0 && lo.saturating_mul(elem) >= nt && std::mem::align_of::<T>() <= 64;
+    let stores = Stores { around };
+    let count = d.count;
+    let share = crate::algo::part::split(0..count, n).swap_remove(me);
+    match d.coll {
+        Coll::AllReduce => {
+            let mut scratch = around.then(|| Box::new(Block([0; BLOCK_BYTES])));
+            let range = (share.start, share.start, share.len());
+            let dests = std::iter::once(me).chain((0..n).filter(|&r| r != me));
+            reduce_out::<T, O>((&src, &out), in_place, range, (n, me), dests, stores, &mut scratch);
+        }
+        Coll::ReduceScatter => {
+            // this rank's block of every input into its own output
+            let mut scratch = around.then(|| Box::new(Block([0; BLOCK_BYTES])));
+            let to = if in_place { me * count } else { 0 };
+            let range = (me * count, to, count);
+            reduce_out::<T, O>((&src, &out), in_place, range, (n, me), std::iter::once(me), stores, &mut scratch);
+        }
+        Coll::Broadcast => {
+            // in place: this rank's share of the root's buffer into every other's
+            // SAFETY: the root's range of this rank's share, only read.
+            let from = unsafe { out.at(d.root, share.start, share.len()) };
+            for r in (0..n).filter(|&r| r != d.root) {
+                // SAFETY: rank r's range of this rank's share.
+                stores.put(unsafe { out.at(r, share.start, share.len()) }, from);
             }
         }
-        at += len;
+        Coll::AllGather => {
+            // this rank's block into every rank's output
+            // SAFETY: this rank's own input, or its own block of its output
+            // (in place), which no other rank touches.
+            let mine = unsafe {
+                if in_place {
+                    out.at(me, me * count, count)
+                } else {
+                    src.at(me, 0, count)
+                }
+            };
+            for r in (0..n).filter(|&r| !in_place || r != me) {
+                // SAFETY: block `me` of rank r's output: written by this rank alone.
+                stores.put(unsafe { out.at(r, me * count, count) }, mine);
+            }
+        }
+        other => return Err(Error::internal(format!("{} does not run on shared buffers directly", other.name()))),
     }
     frame(group, seq, timeout, v)?;
-    if output.calls.fetch_add(1, Ordering::Relaxed) == 0 && group.config().debug >= LogLevel::Info {
-        eprintln!("ccl: rank {me}: all_reduce #{seq} of {need} bytes and later ones on these buffers: directly through shared memory");
+    if d.output.calls.fetch_add(1, Ordering::Relaxed) == 0 && group.config().debug >= LogLevel::Info {
+        eprintln!(
+            "ccl: rank {me}: {} #{seq} of {} bytes and later ones on these buffers: directly through shared memory",
+            d.coll.name(),
+            lo.saturating_mul(elem)
+        );
     }
     Ok(())
 }
@@ -368,37 +492,59 @@ mod tests {
         (0..len).map(|_| f32::from(rand::random::<u8>() % 7)).collect()
     }
 
-    /// Runs an in-place and an out-of-place all-reduce of `count` on shared
-    /// buffers on `job` of `n` ranks; per rank: whether both were right,
-    /// and how many calls went directly.
+    /// Runs every call that can go directly (all-reduce, reduce-scatter and
+    /// all-gather in place and not, broadcast in place) with blocks of
+    /// `count` on shared buffers on `job` of `n` ranks; per rank: whether
+    /// every result was right, and how many calls went directly.
     fn on(n: usize, job: LocalJob, count: usize) -> Vec<(bool, u64)> {
-        let ins: Vec<Vec<f32>> = (0..n).map(|_| draw(count)).collect();
-        let want: Vec<f32> = (0..count).map(|i| ins.iter().map(|v| v[i]).sum()).collect();
+        let ins: Vec<Vec<f32>> = (0..n).map(|_| draw(n * count)).collect();
+        let sum = |i: usize| ins.iter().map(|v| v[i]).sum::<f32>();
+        let reduced: Vec<f32> = (0..n * count).map(sum).collect();
+        let gathered: Vec<f32> = ins.iter().flat_map(|v| v[..count].to_vec()).collect();
         job.run(|g| {
-            let c = g.typed::<f32>();
-            let mut a = c.alloc_shared(count).expect("alloc");
-            let mut b = c.alloc_shared(count).expect("alloc");
-            a.copy_from_slice(&ins[g.rank()]);
-            c.all_reduce_into(&a, &mut b, Sum).expect("out of place");
-            c.all_reduce(&mut a, Sum).expect("in place");
-            let right = *a == want[..] && *b == want[..];
-            (right, a.window().calls.load(Ordering::Relaxed) + b.window().calls.load(Ordering::Relaxed))
+            let (c, r) = (g.typed::<f32>(), g.rank());
+            let mine = r * count..(r + 1) * count;
+            let alloc = |len| c.alloc_shared(len).expect("alloc");
+            let (mut a, mut b, mut x, mut y) = (alloc(n * count), alloc(n * count), alloc(count), alloc(count));
+            let mut right = Vec::new();
+            x.copy_from_slice(&ins[r][..count]);
+            c.all_reduce_into(&x, &mut y, Sum).expect("all_reduce_into");
+            right.push(*y == reduced[..count]);
+            c.all_reduce(&mut x, Sum).expect("all_reduce");
+            right.push(*x == reduced[..count]);
+            a.copy_from_slice(&ins[r]);
+            c.reduce_scatter(&a, &mut y, Sum).expect("reduce_scatter");
+            right.push(*y == reduced[mine.clone()] && *a == ins[r][..]);
+            c.reduce_scatter_in_place(&mut a, Sum).expect("reduce_scatter_in_place");
+            right.push(a[mine.clone()] == reduced[mine.clone()]);
+            x.copy_from_slice(&ins[r][..count]);
+            c.all_gather(&x, &mut b).expect("all_gather");
+            right.push(*b == gathered[..]);
+            a.fill(0.0);
+            a[mine.clone()].copy_from_slice(&ins[r][..count]);
+            c.all_gather_in_place(&mut a).expect("all_gather_in_place");
+            right.push(*a == gathered[..]);
+            c.broadcast(&mut x, n - 1).expect("broadcast");
+            right.push(*x == ins[n - 1][..count]);
+            let calls = [&a, &b, &x, &y].iter().map(|w| w.window().calls.load(Ordering::Relaxed)).sum();
+            (right.iter().all(|&ok| ok), calls)
         })
     }
 
     #[test]
-    fn large_all_reduces_on_one_host_go_directly_and_small_ones_through_slots() {
+    fn large_calls_on_one_host_go_directly_and_small_ones_through_slots() {
         // (and, out of place, written around the cache as large outputs are)
         let streamed = crate::Config { nt_stores_min: 1, ..crate::Config::default() };
         for n in 2..=5 {
             let big = (DIRECT_MIN_BYTES / 4) * 3 + n; // not a multiple of n
-            assert_eq!(on(n, LocalJob::new(n), big), vec![(true, 2); n], "{n} ranks");
+            assert_eq!(on(n, LocalJob::new(n), big), vec![(true, 7); n], "{n} ranks");
             assert_eq!(
                 on(n, LocalJob::new(n).config(streamed.clone()), big),
-                vec![(true, 2); n],
+                vec![(true, 7); n],
                 "{n} ranks, streamed"
             );
-            assert_eq!(on(n, LocalJob::new(n), DIRECT_MIN_BYTES / 4 - 1), vec![(true, 0); n], "{n} ranks, small");
+            let small = DIRECT_MIN_BYTES / 4 / n - 1;
+            assert_eq!(on(n, LocalJob::new(n), small), vec![(true, 0); n], "{n} ranks, small");
         }
     }
 
@@ -438,7 +584,7 @@ mod tests {
             r.expect_err("one shared, one not").to_string()
         });
         for e in errs {
-            assert!(e.contains("all_reduce #") && e.contains("8 × shared-buffer frame of 8 B, max"), "{e}");
+            assert!(e.contains("all_reduce #") && e.contains("12 × shared-buffer frame of 8 B, max"), "{e}");
         }
     }
 }

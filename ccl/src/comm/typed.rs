@@ -10,7 +10,7 @@
 use super::buffer::{Buffer, BufferMut, Place};
 use super::group::{Call, Group};
 use super::request::Request;
-use super::shared::{self, SharedBuffer, Window};
+use super::shared::{self, Direct, SharedBuffer};
 use crate::algo::Coll;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{NoOp, ReduceOp};
@@ -146,32 +146,35 @@ impl<T: Reduce> Communicator<T> {
 
     /// Allocates `len` zeroed elements in memory that every rank of this
     /// communicator maps, when they all share one host (a collective call:
-    /// every rank calls it, in the same order, with the same `len`). An
-    /// all-reduce whose buffers all come from such allocations (on every
-    /// rank, each its own buffer of the same allocation) then reads the
-    /// peers' inputs and writes their outputs directly instead of passing
-    /// the data through slots: each rank reduces its share of the elements
-    /// and writes the result into every rank's output. Other calls, calls
-    /// under 16 KiB, calls with `CCL_ALGO` set, and communicators spanning
-    /// hosts (or `CCL_SHM_DISABLE=1`) use the buffer as ordinary memory.
+    /// every rank calls it, in the same order, with the same `len`). Calls
+    /// whose buffers all come from such allocations (on every rank, each its
+    /// own buffer of the same allocation) then read and write the peers'
+    /// buffers directly instead of passing the data through slots:
+    /// `all_reduce` and `reduce_scatter` (in place or between two shared
+    /// buffers), `all_gather` (likewise) and `broadcast` (in place). Other
+    /// calls, calls under 16 KiB, calls with `CCL_ALGO` set, and
+    /// communicators spanning hosts (or `CCL_SHM_DISABLE=1`) use the buffer
+    /// as ordinary memory.
     pub fn alloc_shared(&self, len: usize) -> Result<SharedBuffer<T>> {
         shared::alloc::<T>(&self.group, len)
     }
 
-    /// Runs an all-reduce of `count` elements from `input` (in place:
-    /// `None`) into `output` directly through shared memory when it can;
-    /// `None` when the call should go through the connections instead.
-    fn direct<O: ReduceOp<T>>(&self, input: Option<&Window>, output: &Window, count: usize) -> Option<Result<()>> {
+    /// Runs `d` directly on its shared buffers when it can; `None` when the
+    /// call should go through the connections instead. The caller has
+    /// checked the buffers' sizes (and the root).
+    fn direct<O: ReduceOp<T>>(&self, d: Direct<'_>) -> Option<Result<()>> {
         let g = &self.group;
+        let block = matches!(d.coll, Coll::AllGather | Coll::ReduceScatter);
+        let elems = if block { d.count.saturating_mul(g.size()) } else { d.count };
         let worth = g.size() > 1
             && g.config().algo.is_none()
-            && count.saturating_mul(std::mem::size_of::<T>()) >= shared::DIRECT_MIN_BYTES;
-        if !worth || !output.direct_for(g, input) {
+            && elems.saturating_mul(std::mem::size_of::<T>()) >= shared::DIRECT_MIN_BYTES;
+        if !worth || !d.output.direct_for(g, d.input) {
             return None;
         }
-        let seq = g.next_seq(Coll::AllReduce);
-        let r = shared::all_reduce::<T, O>(g, seq, self.timeout, input, output, count);
-        Some(r.map_err(|e| e.in_call(Coll::AllReduce.name(), seq).at_rank(self.rank())))
+        let seq = g.next_seq(d.coll);
+        let r = shared::run::<T, O>(g, seq, self.timeout, &d);
+        Some(r.map_err(|e| e.in_call(d.coll.name(), seq).at_rank(self.rank())))
     }
 
     /// Reduces `buf` over all ranks, in place: afterwards every rank holds
@@ -180,7 +183,8 @@ impl<T: Reduce> Communicator<T> {
     /// every blocking collective.
     pub fn all_reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let n = buf.elems();
-        if let Some(r) = buf.window().and_then(|w| self.direct::<O>(None, w, n)) {
+        let direct = |output| Direct { coll: Coll::AllReduce, root: 0, count: n, input: None, output };
+        if let Some(r) = buf.window().and_then(|w| self.direct::<O>(direct(w))) {
             return r;
         }
         self.blocking::<O>(Coll::AllReduce, || Ok(()), n, 0, None, Some(buf.place_mut()), true)
@@ -195,7 +199,9 @@ impl<T: Reduce> Communicator<T> {
     {
         let (n, rl) = (send.elems(), recv.elems());
         if let (Some(i), Some(o), true) = (send.window(), recv.window(), n == rl) {
-            if let Some(r) = self.direct::<O>(Some(i), o, n) {
+            if let Some(r) =
+                self.direct::<O>(Direct { coll: Coll::AllReduce, root: 0, count: n, input: Some(i), output: o })
+            {
                 return r;
             }
         }
@@ -235,6 +241,10 @@ impl<T: Reduce> Communicator<T> {
     /// Copies `root`'s `buf` into every rank's `buf`.
     pub fn broadcast<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, root: usize) -> Result<()> {
         let n = buf.elems();
+        let direct = |output| Direct { coll: Coll::Broadcast, root, count: n, input: None, output };
+        if let Some(r) = buf.window().filter(|_| root < self.size()).and_then(|w| self.direct::<NoOp>(direct(w))) {
+            return r;
+        }
         let check = || self.group.check_root("root", root);
         self.blocking::<NoOp>(Coll::Broadcast, check, n, root, None, Some(buf.place_mut()), true)
     }
@@ -263,6 +273,13 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_gather<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
         let (n, rl) = (send.elems(), recv.elems());
         let want = n.saturating_mul(self.size());
+        if let (Some(i), Some(o), true) = (send.window(), recv.window(), rl == want) {
+            if let Some(r) =
+                self.direct::<NoOp>(Direct { coll: Coll::AllGather, root: 0, count: n, input: Some(i), output: o })
+            {
+                return r;
+            }
+        }
         let check = || exact("recv buffer", want, rl);
         self.blocking::<NoOp>(Coll::AllGather, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
     }
@@ -271,6 +288,10 @@ impl<T: Reduce> Communicator<T> {
     /// (at `rank × len/size`) is its contribution.
     pub fn all_gather_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
+        let direct = |output| Direct { coll: Coll::AllGather, root: 0, count: len / s, input: None, output };
+        if let Some(r) = buf.window().filter(|_| len % s == 0).and_then(|w| self.direct::<NoOp>(direct(w))) {
+            return r;
+        }
         let check = || divisible(len, s);
         self.blocking::<NoOp>(Coll::AllGather, check, len / s, 0, None, Some(buf.place_mut()), true)
     }
@@ -285,6 +306,12 @@ impl<T: Reduce> Communicator<T> {
     {
         let (n, sl) = (recv.elems(), send.elems());
         let want = n.saturating_mul(self.size());
+        if let (Some(i), Some(o), true) = (send.window(), recv.window(), sl == want) {
+            let d = Direct { coll: Coll::ReduceScatter, root: 0, count: n, input: Some(i), output: o };
+            if let Some(r) = self.direct::<O>(d) {
+                return r;
+            }
+        }
         let check = || exact("send buffer", want, sl);
         self.blocking::<O>(Coll::ReduceScatter, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
     }
@@ -294,6 +321,10 @@ impl<T: Reduce> Communicator<T> {
     /// Other blocks are left as they were.
     pub fn reduce_scatter_in_place<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
+        let direct = |output| Direct { coll: Coll::ReduceScatter, root: 0, count: len / s, input: None, output };
+        if let Some(r) = buf.window().filter(|_| len % s == 0).and_then(|w| self.direct::<O>(direct(w))) {
+            return r;
+        }
         let check = || divisible(len, s);
         self.blocking::<O>(Coll::ReduceScatter, check, len / s, 0, None, Some(buf.place_mut()), true)
     }

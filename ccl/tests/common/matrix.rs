@@ -160,30 +160,55 @@ pub fn large(g: &Group, seed: u64) -> Check {
     movements::<f32>(g, seed, &mut call, LARGE)
 }
 
-/// Counts of the shared-buffer calls: under 16 KiB (through the
-/// connections) and over it (directly; the last in several 32 KiB blocks
-/// per rank), none dividing evenly by 3 ranks.
-pub const SHARED_COUNTS: [usize; 3] = [700, 6_001, 40_003];
+/// Lengths of the shared-buffer calls: under 16 KiB (through the
+/// connections) and over it (directly; of the larger types, the last in
+/// several 32 KiB blocks per rank), none dividing evenly by 3 ranks.
+pub const SHARED_COUNTS: [usize; 3] = [700, 6_001, 12_003];
 
-/// All-reduce on buffers from `alloc_shared`, in place and not: past 16 KiB
-/// on one host each rank reduces its share straight out of every rank's
-/// input into every rank's output.
-fn shared<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, count: usize, small: bool) -> Check {
+/// The calls that take buffers from `alloc_shared` directly (all-reduce,
+/// reduce-scatter and all-gather, in place and not; broadcast in place):
+/// past 16 KiB on one host each rank works on its share straight out of
+/// every rank's buffers.
+/// All-reduce and broadcast take `len` elements, the gather and the
+/// scatter blocks of `len / size + 1` (so their calls are as large).
+fn shared<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, len: usize, small: bool) -> Check {
     let comm = g.typed::<T>();
     let (n, r) = (g.size(), g.rank());
     *call += 1;
-    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, *call, k, count, small)).collect();
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, *call, k, len, small)).collect();
     let want = reference::<T, O>(&ins);
-    let what = |s: &str| format!("{s}<{}, {}> on shared buffers, count {count}", T::NAME, O::NAME);
-    let mut buf = comm.alloc_shared(count).map_err(err)?;
-    let mut out = comm.alloc_shared(count).map_err(err)?;
+    let root = *call as usize % n;
+    let what = |s: &str| format!("{s}<{}, {}> on shared buffers, {len} elements", T::NAME, O::NAME);
+    let alloc = |len| comm.alloc_shared(len).map_err(err);
+    let (mut x, mut y) = (alloc(len)?, alloc(len)?);
+    // the gather and the scatter: every rank's blocks
+    let block = len / n + 1;
+    let mine = r * block..(r + 1) * block;
+    let blocks: Vec<Vec<T>> = (0..n).map(|k| input(seed, *call, k + n, n * block, small)).collect();
+    let scattered = reference::<T, O>(&blocks);
+    let gathered: Vec<T> = blocks.iter().flat_map(|v| v[..block].to_vec()).collect();
+    let (mut a, mut b, mut z) = (alloc(n * block)?, alloc(n * block)?, alloc(block)?);
     for _ in 0..2 {
-        buf.copy_from_slice(&ins[r]);
-        comm.all_reduce_into(&buf, &mut out, O::default()).map_err(err)?;
-        compare(&what("all_reduce_into"), &out, &want, n)?;
-        compare(&what("all_reduce_into's input"), &buf, &ins[r], 1)?;
-        comm.all_reduce(&mut buf, O::default()).map_err(err)?;
-        compare(&what("all_reduce"), &buf, &want, n)?;
+        x.copy_from_slice(&ins[r]);
+        comm.all_reduce_into(&x, &mut y, O::default()).map_err(err)?;
+        compare(&what("all_reduce_into"), &y, &want, n)?;
+        compare(&what("all_reduce_into's input"), &x, &ins[r], 1)?;
+        comm.all_reduce(&mut x, O::default()).map_err(err)?;
+        compare(&what("all_reduce"), &x, &want, n)?;
+        x.copy_from_slice(&ins[r]);
+        comm.broadcast(&mut x, root).map_err(err)?;
+        compare(&what("broadcast"), &x, &ins[root], 1)?;
+        a.copy_from_slice(&blocks[r]);
+        comm.reduce_scatter(&a, &mut z, O::default()).map_err(err)?;
+        compare(&what("reduce_scatter"), &z, &scattered[mine.clone()], n)?;
+        comm.reduce_scatter_in_place(&mut a, O::default()).map_err(err)?;
+        compare(&what("reduce_scatter_in_place"), &a[mine.clone()], &scattered[mine.clone()], n)?;
+        z.copy_from_slice(&blocks[r][..block]);
+        comm.all_gather(&z, &mut b).map_err(err)?;
+        compare(&what("all_gather"), &b, &gathered, 1)?;
+        a[mine.clone()].copy_from_slice(&blocks[r][..block]);
+        comm.all_gather_in_place(&mut a).map_err(err)?;
+        compare(&what("all_gather_in_place"), &a, &gathered, 1)?;
     }
     Ok(())
 }
