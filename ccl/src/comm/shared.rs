@@ -168,7 +168,7 @@ fn alloc_numbered<T: Reduce>(group: &Group, len: usize, number: u64) -> Result<S
             if let (Some(Err(e)), true) = (other, inner.config.debug >= LogLevel::Warn) {
                 // the others are waiting for this rank's part: go on without it
                 eprintln!(
-                    "ccl: rank {}: alloc_shared #{number}: {}: {e}; the buffer is private memory and all-reduces on \
+                    "ccl: rank {}: alloc_shared #{number}: {}: {e}; the buffer is private memory and collectives on \
                      it go through the connections",
                     inner.rank,
                     file.display()
