@@ -82,3 +82,21 @@ fn ccl_perf_socket_backend_and_memcpy_yardstick() {
     let o = Command::new(bin("ccl-perf")).args(["--backend", "nope"]).output().expect("ccl-perf");
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn ccl_perf_on_shared_buffers_checks_every_collective() {
+    // 64-256 KiB on 3 ranks: the calls that take shared buffers directly do
+    // so (CCL_DEBUG=INFO names them); the others use them as ordinary memory
+    for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
+        let o = Command::new(cclrun())
+            .args(["-np", "3", "-x", "CCL_DEBUG=INFO"])
+            .arg(bin("ccl-perf"))
+            .args(["--shared", "-C", coll, "-b", "64K", "-e", "256K", "-f", "4", "-n", "3", "-w", "1", "-d", "int32"])
+            .output()
+            .expect("cclrun");
+        let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success() && out.contains("# Out of bounds values : 0 OK"), "{coll}: {out}\n{err}");
+        let direct = err.contains(&format!("{coll} #")) && err.contains("directly through shared memory");
+        assert_eq!(direct, !matches!(coll, "reduce" | "all_to_all"), "{coll}: {err}");
+    }
+}

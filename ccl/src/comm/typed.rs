@@ -155,6 +155,21 @@ impl<T: Reduce> Communicator<T> {
     /// calls, calls under 16 KiB, calls with `CCL_ALGO` set, and
     /// communicators spanning hosts (or `CCL_SHM_DISABLE=1`) use the buffer
     /// as ordinary memory.
+    ///
+    /// ```
+    /// use ccl::{testing::run_local, Sum};
+    ///
+    /// let sums = run_local(2, |group| -> ccl::Result<Vec<f32>> {
+    ///     let comm = group.typed::<f32>();
+    ///     let mut grad = comm.alloc_shared(1 << 16)?; // 256 KiB on each rank
+    ///     grad.fill(group.rank() as f32 + 1.0);
+    ///     comm.all_reduce(&mut grad, Sum)?; // straight out of both ranks' buffers
+    ///     Ok(grad[..4].to_vec())
+    /// });
+    /// for s in sums {
+    ///     assert_eq!(s.unwrap(), vec![3.0; 4]);
+    /// }
+    /// ```
     pub fn alloc_shared(&self, len: usize) -> Result<SharedBuffer<T>> {
         shared::alloc::<T>(&self.group, len)
     }
