@@ -340,6 +340,7 @@ struct SendSock {
 /// sockets take them.
 pub struct TcpSend {
     peer: usize,
+    hosts: Arc<[String]>,
     checksum: bool,
     socks: Vec<SendSock>,
     slots: Slots,
@@ -408,7 +409,8 @@ impl TcpSend {
     }
 
     fn fail(&mut self, why: &str) -> Error {
-        let e = Error::new(ErrorKind::PeerLost { rank: self.peer, host: "tcp".into(), why: why.to_string() });
+        let host = host_of(&self.hosts, self.peer);
+        let e = Error::new(ErrorKind::PeerLost { rank: self.peer, host, why: why.to_string() });
         self.err = Some(e.clone());
         e
     }
@@ -555,6 +557,7 @@ struct RecvSock {
 /// The receiving end: frames read ahead into free slots, handed out in order.
 pub struct TcpRecv {
     key: Link,
+    hosts: Arc<[String]>,
     shared: Arc<Shared>,
     socks: Vec<RecvSock>,
     slots: Slots,
@@ -606,7 +609,8 @@ impl TcpRecv {
                         if s.off >= HEADER && fp[0] == LOST {
                             let root = fp[1] as usize;
                             let why = format!("reported by rank {}, which is failing because of it", self.key.1);
-                            return Err(Error::new(ErrorKind::PeerLost { rank: root, host: "tcp".into(), why }));
+                            let host = host_of(&self.hosts, root);
+                            return Err(Error::new(ErrorKind::PeerLost { rank: root, host, why }));
                         }
                         if s.off >= HEADER && len > slot_bytes {
                             return Err(Error::transport(format!(
@@ -636,7 +640,7 @@ impl TcpRecv {
     }
 
     fn lost(&self, why: &str) -> Error {
-        Error::new(ErrorKind::PeerLost { rank: self.key.1, host: "tcp".into(), why: why.into() })
+        Error::new(ErrorKind::PeerLost { rank: self.key.1, host: host_of(&self.hosts, self.key.1), why: why.into() })
     }
 
     fn peek(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
@@ -663,7 +667,14 @@ pub struct Tcp {
     shared: Arc<Shared>,
     checksum: bool,
     peers: Vec<SocketAddr>,
+    /// Every endpoint's host as the errors name it: its address.
+    hosts: Arc<[String]>,
     bell: Doorbell,
+}
+
+/// Endpoint `r`'s host in `hosts`, for an error that names it lost.
+fn host_of(hosts: &[String], r: usize) -> String {
+    hosts.get(r).cloned().unwrap_or_else(|| "tcp".into())
 }
 
 impl Tcp {
@@ -697,7 +708,8 @@ impl Tcp {
             pending: Mutex::new(Vec::new()),
             seen: Mutex::new(std::collections::HashSet::new()),
         };
-        Tcp { shared: Arc::new(shared), checksum, peers, bell: Doorbell::new() }
+        let hosts = peers.iter().map(|a| a.ip().to_string()).collect();
+        Tcp { shared: Arc::new(shared), checksum, peers, hosts, bell: Doorbell::new() }
     }
 }
 
@@ -727,6 +739,7 @@ impl Transport for Tcp {
         let free = (0..slots.n).rev().collect();
         Ok(SendConn::Tcp(TcpSend {
             peer: key.to,
+            hosts: Arc::clone(&self.hosts),
             checksum: self.checksum,
             socks,
             slots,
@@ -744,6 +757,7 @@ impl Transport for Tcp {
         self.shared.unclaimed.fetch_add(1, Ordering::Relaxed);
         Ok(RecvConn::Tcp(TcpRecv {
             key: (key.comm, key.from, key.channel),
+            hosts: Arc::clone(&self.hosts),
             shared: Arc::clone(&self.shared),
             socks: Vec::new(),
             slots,
@@ -926,6 +940,23 @@ mod tests {
         let mut r = rx.connect_recv(key, small).expect("recv");
         let e = relay(&mut s, &mut r, &[vec![1; 1024]]).expect_err("oversized frame");
         assert_eq!(e.to_string(), "transport: frame of 1024 bytes exceeds a slot of 64");
+    }
+
+    #[test]
+    fn a_relayed_loss_names_the_lost_rank_s_host() {
+        // rank 0 tells rank 1 it fails because rank 2 (at 192.0.2.7) is gone
+        let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+        let rx_addr = l.local_addr().expect("addr");
+        let far: SocketAddr = "192.0.2.7:4000".parse().expect("address");
+        let rx = Tcp::new(1, [9; 16], l, vec![rx_addr, rx_addr, far], 1, false);
+        let tx = Tcp::new(0, [9; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), vec![rx_addr; 3], 1, false);
+        let ring = Geometry { nslots: 2, slot_bytes: 1024 };
+        let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
+        let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
+        assert_eq!(relay(&mut s, &mut r, &[vec![1; 8]]).expect("relayed"), vec![vec![1; 8]]);
+        s.announce_lost(2);
+        let e = next(&mut r).expect_err("the notice");
+        assert!(e.to_string().starts_with("lost rank 2 on 192.0.2.7: reported by rank 0"), "{e}");
     }
 
     #[test]
