@@ -262,6 +262,12 @@ impl Direct<'_> {
         }
     }
 
+    /// Bytes of the larger of a rank's buffers the call touches.
+    pub fn bytes(&self, n: usize, elem: usize) -> usize {
+        let (i, o) = self.lens(n);
+        i.max(o).saturating_mul(elem)
+    }
+
     /// Every rank's description of the call, spread so that one all-reduce
     /// (max) shows whether all ranks agree: each value next to its complement.
     fn framing<T: Reduce, O: ReduceOp<T>>(&self) -> [Frame; 12] {

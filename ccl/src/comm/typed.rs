@@ -10,7 +10,7 @@
 use super::buffer::{Buffer, BufferMut, Place};
 use super::group::{Call, Group};
 use super::request::Request;
-use super::shared::{self, Direct, SharedBuffer};
+use super::shared::{self, Direct, SharedBuffer, Window};
 use crate::algo::Coll;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{NoOp, ReduceOp};
@@ -174,22 +174,38 @@ impl<T: Reduce> Communicator<T> {
         shared::alloc::<T>(&self.group, len)
     }
 
-    /// Runs `d` directly on its shared buffers when it can; `None` when the
-    /// call should go through the connections instead. The caller has
-    /// checked the buffers' sizes (and the root).
-    fn direct<O: ReduceOp<T>>(&self, d: Direct<'_>) -> Option<Result<()>> {
+    /// Runs `coll` directly on the shared buffers `input` (in place: `None`)
+    /// and `output` when `fits` (the caller found the sizes and the root
+    /// right) and the call can go directly; `None` when it should go through
+    /// the connections instead.
+    fn direct<O: ReduceOp<T>>(
+        &self,
+        (coll, root, count, fits): (Coll, usize, usize, bool),
+        input: Option<&Window>,
+        output: Option<&Window>,
+    ) -> Option<Result<()>> {
         let g = &self.group;
-        let block = matches!(d.coll, Coll::AllGather | Coll::ReduceScatter);
-        let elems = if block { d.count.saturating_mul(g.size()) } else { d.count };
-        let worth = g.size() > 1
+        let d = Direct { coll, root, count, input, output: output? };
+        let worth = fits
+            && g.size() > 1
             && g.config().algo.is_none()
-            && elems.saturating_mul(std::mem::size_of::<T>()) >= shared::DIRECT_MIN_BYTES;
+            && d.bytes(g.size(), std::mem::size_of::<T>()) >= shared::DIRECT_MIN_BYTES;
         if !worth || !d.output.direct_for(g, d.input) {
             return None;
         }
-        let seq = g.next_seq(d.coll);
+        let seq = g.next_seq(coll);
         let r = shared::run::<T, O>(g, seq, self.timeout, &d);
-        Some(r.map_err(|e| e.in_call(d.coll.name(), seq).at_rank(self.rank())))
+        Some(r.map_err(|e| e.in_call(coll.name(), seq).at_rank(self.rank())))
+    }
+
+    /// [`direct`](Self::direct) between two buffers: both must be shared.
+    fn direct_into<O: ReduceOp<T>>(
+        &self,
+        call: (Coll, usize, usize, bool),
+        input: Option<&Window>,
+        output: Option<&Window>,
+    ) -> Option<Result<()>> {
+        self.direct::<O>(call, Some(input?), output)
     }
 
     /// Reduces `buf` over all ranks, in place: afterwards every rank holds
@@ -198,8 +214,7 @@ impl<T: Reduce> Communicator<T> {
     /// every blocking collective.
     pub fn all_reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let n = buf.elems();
-        let direct = |output| Direct { coll: Coll::AllReduce, root: 0, count: n, input: None, output };
-        if let Some(r) = buf.window().and_then(|w| self.direct::<O>(direct(w))) {
+        if let Some(r) = self.direct::<O>((Coll::AllReduce, 0, n, true), None, buf.window()) {
             return r;
         }
         self.blocking::<O>(Coll::AllReduce, || Ok(()), n, 0, None, Some(buf.place_mut()), true)
@@ -213,12 +228,8 @@ impl<T: Reduce> Communicator<T> {
         O: ReduceOp<T>,
     {
         let (n, rl) = (send.elems(), recv.elems());
-        if let (Some(i), Some(o), true) = (send.window(), recv.window(), n == rl) {
-            if let Some(r) =
-                self.direct::<O>(Direct { coll: Coll::AllReduce, root: 0, count: n, input: Some(i), output: o })
-            {
-                return r;
-            }
+        if let Some(r) = self.direct_into::<O>((Coll::AllReduce, 0, n, n == rl), send.window(), recv.window()) {
+            return r;
         }
         let check = || exact("recv buffer", n, rl);
         self.blocking::<O>(Coll::AllReduce, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
@@ -256,8 +267,7 @@ impl<T: Reduce> Communicator<T> {
     /// Copies `root`'s `buf` into every rank's `buf`.
     pub fn broadcast<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, root: usize) -> Result<()> {
         let n = buf.elems();
-        let direct = |output| Direct { coll: Coll::Broadcast, root, count: n, input: None, output };
-        if let Some(r) = buf.window().filter(|_| root < self.size()).and_then(|w| self.direct::<NoOp>(direct(w))) {
+        if let Some(r) = self.direct::<NoOp>((Coll::Broadcast, root, n, root < self.size()), None, buf.window()) {
             return r;
         }
         let check = || self.group.check_root("root", root);
@@ -288,12 +298,9 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_gather<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
         let (n, rl) = (send.elems(), recv.elems());
         let want = n.saturating_mul(self.size());
-        if let (Some(i), Some(o), true) = (send.window(), recv.window(), rl == want) {
-            if let Some(r) =
-                self.direct::<NoOp>(Direct { coll: Coll::AllGather, root: 0, count: n, input: Some(i), output: o })
-            {
-                return r;
-            }
+        let call = (Coll::AllGather, 0, n, rl == want);
+        if let Some(r) = self.direct_into::<NoOp>(call, send.window(), recv.window()) {
+            return r;
         }
         let check = || exact("recv buffer", want, rl);
         self.blocking::<NoOp>(Coll::AllGather, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
@@ -303,8 +310,7 @@ impl<T: Reduce> Communicator<T> {
     /// (at `rank × len/size`) is its contribution.
     pub fn all_gather_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
-        let direct = |output| Direct { coll: Coll::AllGather, root: 0, count: len / s, input: None, output };
-        if let Some(r) = buf.window().filter(|_| len % s == 0).and_then(|w| self.direct::<NoOp>(direct(w))) {
+        if let Some(r) = self.direct::<NoOp>((Coll::AllGather, 0, len / s, len % s == 0), None, buf.window()) {
             return r;
         }
         let check = || divisible(len, s);
@@ -321,11 +327,9 @@ impl<T: Reduce> Communicator<T> {
     {
         let (n, sl) = (recv.elems(), send.elems());
         let want = n.saturating_mul(self.size());
-        if let (Some(i), Some(o), true) = (send.window(), recv.window(), sl == want) {
-            let d = Direct { coll: Coll::ReduceScatter, root: 0, count: n, input: Some(i), output: o };
-            if let Some(r) = self.direct::<O>(d) {
-                return r;
-            }
+        let call = (Coll::ReduceScatter, 0, n, sl == want);
+        if let Some(r) = self.direct_into::<O>(call, send.window(), recv.window()) {
+            return r;
         }
         let check = || exact("send buffer", want, sl);
         self.blocking::<O>(Coll::ReduceScatter, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
@@ -336,8 +340,7 @@ impl<T: Reduce> Communicator<T> {
     /// Other blocks are left as they were.
     pub fn reduce_scatter_in_place<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
-        let direct = |output| Direct { coll: Coll::ReduceScatter, root: 0, count: len / s, input: None, output };
-        if let Some(r) = buf.window().filter(|_| len % s == 0).and_then(|w| self.direct::<O>(direct(w))) {
+        if let Some(r) = self.direct::<O>((Coll::ReduceScatter, 0, len / s, len % s == 0), None, buf.window()) {
             return r;
         }
         let check = || divisible(len, s);
