@@ -21,6 +21,7 @@ use crate::algo::Coll;
 use crate::config::LogLevel;
 use crate::error::{Error, Result};
 use crate::exec::fingerprint::NameHashes as Names;
+use crate::exec::store;
 use crate::op::ReduceOp;
 use crate::transport::shm::DIR;
 use crate::{Max, Min, Reduce};
@@ -331,36 +332,18 @@ impl<T: Reduce> Bufs<'_, T> {
     }
 }
 
-/// How a rank writes what goes to other ranks' buffers.
-#[derive(Clone, Copy)]
-struct Stores {
-    /// Around the cache (large outputs): no output line is read before it
-    /// is overwritten.
-    around: bool,
-}
-
-impl Stores {
-    fn put<T: Copy>(self, dst: &mut [T], src: &[T]) {
-        if self.around {
-            ccl_kernels::copy_around_cache(dst, src)
-        } else {
-            dst.copy_from_slice(src)
-        }
-    }
-}
-
 /// Reduces elements `from..from + len` of every rank's `src` and writes the
 /// result at `to..` of the output of every rank in `dests` (always this
 /// rank's own, `me`, first). In place (`src` is the output window), this
-/// rank's own input range is its own output range.
-#[allow(clippy::too_many_arguments)]
+/// rank's own input range is its own output range. With `scratch` (large
+/// outputs), each block is reduced there and streamed around the cache to
+/// every destination, this rank's own included.
 fn reduce_out<T: Reduce, O: ReduceOp<T>>(
     (src, out): (&Bufs<'_, T>, &Bufs<'_, T>),
     in_place: bool,
     (from, to, len): (usize, usize, usize),
     (n, me): (usize, usize),
     dests: impl Iterator<Item = usize> + Clone,
-    stores: Stores,
     scratch: &mut Option<Box<Block>>,
 ) {
     let block = (BLOCK_BYTES / std::mem::size_of::<T>().max(1)).max(1);
@@ -396,7 +379,7 @@ fn reduce_out<T: Reduce, O: ReduceOp<T>>(
         for r in dests.clone().filter(|&r| scratch.is_some() || r != me) {
             // SAFETY: rank r's output range of this rank's share, not `tmp`
             // (this rank's own is written only from scratch).
-            stores.put(unsafe { out.at(r, to + at, l) }, tmp);
+            store(scratch.is_some(), unsafe { out.at(r, to + at, l) }, tmp);
         }
         at += l;
     }
@@ -431,22 +414,21 @@ pub(crate) fn run<T: Reduce, O: ReduceOp<T>>(
     // L1 (in place, the output lines were just read: through the cache)
     let nt = group.config().nt_stores_min;
     let around = !in_place && nt > 0 && lo.saturating_mul(elem) >= nt && std::mem::align_of::<T>() <= 64;
-    let stores = Stores { around };
     let count = d.count;
+    // the reductions' blocks, when their outputs are streamed
+    let mut scratch = around.then(|| Box::new(Block([0; BLOCK_BYTES])));
     let share = crate::algo::part::split(0..count, n).swap_remove(me);
     match d.coll {
         Coll::AllReduce => {
-            let mut scratch = around.then(|| Box::new(Block([0; BLOCK_BYTES])));
             let range = (share.start, share.start, share.len());
             let dests = std::iter::once(me).chain((0..n).filter(|&r| r != me));
-            reduce_out::<T, O>((&src, &out), in_place, range, (n, me), dests, stores, &mut scratch);
+            reduce_out::<T, O>((&src, &out), in_place, range, (n, me), dests, &mut scratch);
         }
         Coll::ReduceScatter => {
             // this rank's block of every input into its own output
-            let mut scratch = around.then(|| Box::new(Block([0; BLOCK_BYTES])));
             let to = if in_place { me * count } else { 0 };
             let range = (me * count, to, count);
-            reduce_out::<T, O>((&src, &out), in_place, range, (n, me), std::iter::once(me), stores, &mut scratch);
+            reduce_out::<T, O>((&src, &out), in_place, range, (n, me), std::iter::once(me), &mut scratch);
         }
         Coll::Broadcast => {
             // in place: this rank's share of the root's buffer into every other's
@@ -454,7 +436,7 @@ pub(crate) fn run<T: Reduce, O: ReduceOp<T>>(
             let from = unsafe { out.at(d.root, share.start, share.len()) };
             for r in (0..n).filter(|&r| r != d.root) {
                 // SAFETY: rank r's range of this rank's share.
-                stores.put(unsafe { out.at(r, share.start, share.len()) }, from);
+                store(around, unsafe { out.at(r, share.start, share.len()) }, from);
             }
         }
         Coll::AllGather => {
@@ -470,7 +452,7 @@ pub(crate) fn run<T: Reduce, O: ReduceOp<T>>(
             };
             for r in (0..n).filter(|&r| !in_place || r != me) {
                 // SAFETY: block `me` of rank r's output: written by this rank alone.
-                stores.put(unsafe { out.at(r, me * count, count) }, mine);
+                store(around, unsafe { out.at(r, me * count, count) }, mine);
             }
         }
         other => return Err(Error::internal(format!("{} does not run on shared buffers directly", other.name()))),

@@ -641,7 +641,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 }
 
 /// `dst = src`, written `around` the cache or through it.
-fn store<T: Copy>(around: bool, dst: &mut [T], src: &[T]) {
+pub(crate) fn store<T: Copy>(around: bool, dst: &mut [T], src: &[T]) {
     if around {
         ccl_kernels::copy_around_cache(dst, src)
     } else {
