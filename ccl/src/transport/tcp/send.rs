@@ -1,0 +1,297 @@
+//! The sending end of a TCP connection: slots staged here, and memory
+//! lent by a call, written to the sockets as they take them.
+
+use super::frame::{frame_check, header, HEADER, LOST};
+use super::slots::Slots;
+use super::{host_of, SockFlag};
+use crate::error::{Error, ErrorKind, Result};
+use std::collections::VecDeque;
+use std::io::{ErrorKind as IoKind, IoSlice, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a queued frame's payload is.
+#[derive(Clone, Copy)]
+enum Payload {
+    /// A slot of this end's ring.
+    Slot(usize),
+    /// The caller's memory, lent until written ([`TcpSend::lend`]), and
+    /// the slot held for it, if the caller may take it back into that
+    /// slot ([`TcpSend::reclaim`]).
+    Lent(*const u8, Option<usize>),
+    /// None (the lost notice).
+    Empty,
+}
+
+/// A frame waiting for its socket: payload, length, fingerprint, checksum word.
+#[derive(Clone, Copy)]
+struct Frame {
+    payload: Payload,
+    len: usize,
+    fp: [u64; 4],
+    check: u64,
+}
+
+struct SendSock {
+    stream: TcpStream,
+    queue: VecDeque<Frame>,
+    off: usize,
+    flag: Arc<SockFlag>,
+}
+
+/// The sending end: staged slots, and lent memory, written out as the
+/// sockets take them.
+pub struct TcpSend {
+    peer: usize,
+    hosts: Arc<[String]>,
+    checksum: bool,
+    socks: Vec<SendSock>,
+    slots: Slots,
+    free: Vec<usize>,
+    reserved: Option<usize>,
+    next: usize,
+    /// Frames of lent memory not yet fully written.
+    lent: usize,
+    err: Option<Error>,
+}
+
+// SAFETY: the lent pointers in the queues are only read, by whichever
+// thread owns this end, and the lender keeps them valid until they are
+// written or forgotten (`lend`'s contract); the rest is owned data.
+unsafe impl Send for TcpSend {}
+
+impl TcpSend {
+    /// The sending end to endpoint `peer` (whose host `hosts` names) over
+    /// `socks`, connected and watched, staging in `slots`; `checksum` adds
+    /// a CRC32 to every frame.
+    pub(super) fn new(
+        peer: usize,
+        hosts: Arc<[String]>,
+        checksum: bool,
+        socks: Vec<(TcpStream, Arc<SockFlag>)>,
+        slots: Slots,
+    ) -> Self {
+        let socks = socks.into_iter().map(|(stream, flag)| SendSock { stream, queue: VecDeque::new(), off: 0, flag });
+        let free = (0..slots.n).rev().collect();
+        TcpSend {
+            peer,
+            hosts,
+            checksum,
+            socks: socks.collect(),
+            slots,
+            free,
+            reserved: None,
+            next: 0,
+            lent: 0,
+            err: None,
+        }
+    }
+
+    /// Writes what the sockets accept now; slots fully written become free.
+    pub fn pump(&mut self) -> Result<()> {
+        if let Some(e) = &self.err {
+            return Err(e.clone());
+        }
+        for s in &mut self.socks {
+            while let Some(&Frame { payload, len, fp, check }) = s.queue.front() {
+                let data: &[u8] = match payload {
+                    Payload::Slot(slot) => self.slots.bytes(slot, len),
+                    // SAFETY: lent memory of `len` bytes, valid until written (`lend`).
+                    Payload::Lent(p, _) => unsafe { std::slice::from_raw_parts(p, len) },
+                    Payload::Empty => &[],
+                };
+                let r = if s.off < HEADER {
+                    // header and payload in one call: one segment, not two
+                    let h = header(len, &fp, check);
+                    s.stream.write_vectored(&[IoSlice::new(&h[s.off..]), IoSlice::new(data)])
+                } else {
+                    s.stream.write(&data[s.off - HEADER..])
+                };
+                match r {
+                    Ok(0) => return Err(self.fail("connection closed")),
+                    Ok(n) => {
+                        s.off += n;
+                        if s.off == HEADER + len {
+                            s.queue.pop_front();
+                            s.off = 0;
+                            match payload {
+                                Payload::Slot(slot) => self.free.push(slot),
+                                Payload::Lent(_, held) => {
+                                    self.lent -= 1;
+                                    self.free.extend(held);
+                                }
+                                Payload::Empty => {}
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock => break,
+                    Err(e) if e.kind() == IoKind::Interrupted => {}
+                    Err(e) => {
+                        let msg = e.to_string();
+                        return Err(self.fail(&msg));
+                    }
+                }
+            }
+            s.flag.want_write.store(!s.queue.is_empty(), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, why: &str) -> Error {
+        let host = host_of(&self.hosts, self.peer);
+        let e = Error::new(ErrorKind::PeerLost { rank: self.peer, host, why: why.to_string() });
+        self.err = Some(e.clone());
+        e
+    }
+
+    /// Queues a last frame saying this end fails because endpoint `lost` is
+    /// gone, and pushes what the sockets take now.
+    pub fn announce_lost(&mut self, lost: usize) {
+        for s in &mut self.socks {
+            s.queue.push_back(Frame { payload: Payload::Empty, len: 0, fp: [LOST, lost as u64, 0, 0], check: 0 });
+        }
+        let _ = self.pump();
+    }
+
+    fn reserve(&mut self) -> Result<Option<*mut u8>> {
+        self.pump()?;
+        if self.reserved.is_none() {
+            self.reserved = self.free.pop();
+        }
+        Ok(self.reserved.map(|s| self.slots.ptr(s)))
+    }
+
+    fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
+        if let Some(slot) = self.reserved.take() {
+            let check = frame_check(self.checksum, self.slots.bytes(slot, bytes));
+            self.enqueue(Frame { payload: Payload::Slot(slot), len: bytes, fp: *fp, check });
+        }
+    }
+
+    /// Queues `frame` on the next socket in turn and pushes what the
+    /// sockets take now.
+    fn enqueue(&mut self, frame: Frame) {
+        let k = self.socks.len();
+        self.socks[self.next % k].queue.push_back(frame);
+        self.next += 1;
+        let _ = self.pump();
+    }
+
+    /// Sends `bytes` bytes at `p` as the next message, straight from there
+    /// rather than through a slot. With `hold`, the slot reserved for it
+    /// stays held until it is written, so that the lender may take it back
+    /// ([`reclaim`](Self::reclaim)); otherwise the slot goes back.
+    ///
+    /// # Safety
+    ///
+    /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
+    /// [`lent`](Self::lent) says every lent frame is written,
+    /// [`forget_lent`](Self::forget_lent) has run, or (held frames only)
+    /// [`reclaim`](Self::reclaim) has taken it back. A held frame fits a
+    /// slot (`bytes` at most [`slot_bytes`](Self::slot_bytes)).
+    pub(crate) unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], hold: bool) {
+        debug_assert!(!hold || bytes <= self.slots.slot_bytes, "the caller's contract");
+        let slot = self.reserved.take();
+        let held = if hold { slot } else { None };
+        if held.is_none() {
+            self.free.extend(slot);
+        }
+        // SAFETY: valid for `bytes` bytes (the caller's contract).
+        let check = frame_check(self.checksum, unsafe { std::slice::from_raw_parts(p, bytes) });
+        self.lent += 1;
+        self.enqueue(Frame { payload: Payload::Lent(p, held), len: bytes, fp: *fp, check });
+    }
+
+    /// Takes back every held lent frame not yet fully written that overlaps
+    /// the `bytes` bytes at `p`: its bytes go into the slot held for it and
+    /// are sent from there, so the lender may overwrite them now.
+    pub(crate) fn reclaim(&mut self, p: *const u8, bytes: usize) {
+        if self.lent == 0 {
+            return;
+        }
+        let (lo, hi) = (p as usize, p as usize + bytes);
+        for s in &mut self.socks {
+            for f in s.queue.iter_mut() {
+                let Payload::Lent(q, held) = f.payload else { continue };
+                if (q as usize) < hi && lo < q as usize + f.len {
+                    // only held frames are ever overwritten (`Exec`'s guards)
+                    debug_assert!(held.is_some(), "an unheld lent frame overlaps memory being written");
+                    let Some(slot) = held else { continue };
+                    // SAFETY: lent memory of `f.len` bytes, valid and unchanged
+                    // until now (`lend`'s contract); the held slot is this
+                    // end's, at least `f.len` bytes (`lend`'s contract), and
+                    // not the lent memory.
+                    unsafe { std::ptr::copy_nonoverlapping(q, self.slots.ptr(slot), f.len) };
+                    f.payload = Payload::Slot(slot);
+                    self.lent -= 1;
+                }
+            }
+        }
+    }
+
+    /// Drops every lent frame not yet written, so its memory may go: the
+    /// lender is failing. A frame already partly written leaves the stream
+    /// cut mid-frame, so this end fails from then on.
+    pub(crate) fn forget_lent(&mut self) {
+        if self.lent == 0 {
+            return;
+        }
+        let mut cut = false;
+        for s in &mut self.socks {
+            let partly = s.off > 0 && matches!(s.queue.front(), Some(f) if matches!(f.payload, Payload::Lent(..)));
+            let free = &mut self.free;
+            s.queue.retain(|f| match f.payload {
+                Payload::Lent(_, held) => {
+                    free.extend(held);
+                    false
+                }
+                _ => true,
+            });
+            if partly {
+                s.off = 0;
+                cut = true;
+            }
+        }
+        self.lent = 0;
+        if cut {
+            // not the peer's doing: nothing to announce as lost
+            let why = format!("a failed call's data for rank {} was cut off mid-frame", self.peer);
+            self.err = Some(Error::transport(why));
+        }
+    }
+}
+
+impl Drop for TcpSend {
+    /// Whatever is still staged goes out before the sockets close; lent
+    /// memory may be gone by now, so it does not.
+    fn drop(&mut self) {
+        self.forget_lent();
+        for s in &self.socks {
+            let _ = s.stream.set_nonblocking(false);
+            let _ = s.stream.set_write_timeout(Some(Duration::from_secs(10)));
+        }
+        let _ = self.pump();
+    }
+}
+
+/// Methods the engine reaches through [`SendConn`] and [`RecvConn`].
+impl TcpSend {
+    pub(crate) fn reserve_slot(&mut self) -> Result<Option<*mut u8>> {
+        self.reserve()
+    }
+    pub(crate) fn post_slot(&mut self, bytes: usize, fp: &[u64; 4]) {
+        self.post(bytes, fp)
+    }
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slots.slot_bytes
+    }
+    pub(crate) fn slot_memory(&self) -> (*mut u8, usize) {
+        (self.slots.base, self.slots.layout.size())
+    }
+    /// Lent frames not yet fully written.
+    pub(crate) fn lent(&self) -> usize {
+        self.lent
+    }
+}
