@@ -1,0 +1,250 @@
+//! How a schedule uses a communicator's connections, and which of its
+//! sends may go straight from the call's buffers: worked out once per plan
+//! by its first call, then shared by every later call of it.
+
+use super::Conns;
+use crate::algo::{Layout, Region, Schedule, Step};
+use crate::error::Result;
+use std::sync::Arc;
+
+/// Connection indices a step uses: (send, recv).
+pub(super) type Link = (Option<usize>, Option<usize>);
+
+/// A schedule's connections on one communicator: found (and made) by the
+/// first call of a plan, then shared by every later call of it.
+#[derive(Debug)]
+pub(super) struct Wiring {
+    /// The schedule wired.
+    pub(super) sched: Arc<Schedule>,
+    /// Per channel, per step: the connections it sends and receives on.
+    pub(super) links: Vec<Vec<Link>>,
+    /// Every connection used, by [`Conns::send_id`]/[`Conns::recv_id`],
+    /// sorted, once each.
+    pub(super) uses: Vec<usize>,
+    /// Per channel, per step: whether what it sends may be sent from where
+    /// it lies in the call's buffers with nothing more to do ([`lendable`]).
+    pub(super) lendable: Vec<Vec<bool>>,
+    /// Per channel, per step: whether it writes memory that another step
+    /// may still be sending from ([`guards`]).
+    pub(super) guards: Vec<Vec<bool>>,
+}
+
+/// Per channel, per step of `s` on `l`: whether the step sends memory of
+/// the call as it is (a send, or the result a step has just written) that
+/// no step writes afterwards: no other channel's at any time, none later
+/// in its own. Such memory can go to a socket straight from there, and
+/// stays as it was until the call ends.
+fn lendable(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
+    let writes = regions(s, l, Step::writes);
+    per_step(s, |c, i, st| {
+        st.sends_as_is()
+            .map(|r| l.resolve(r))
+            .is_some_and(|r| !writes.iter().any(|&(wc, wi, w)| may_meet((c, i), (wc, wi)) && overlap(w, r)))
+    })
+}
+
+/// Every step's region that `pick` names, resolved, with its channel and
+/// position.
+fn regions(s: &Schedule, l: &Layout, pick: impl Fn(&Step) -> Option<Region>) -> Vec<(usize, usize, Region)> {
+    let pick = &pick;
+    s.channels
+        .iter()
+        .enumerate()
+        .flat_map(|(c, ch)| ch.iter().enumerate().filter_map(move |(i, st)| Some((c, i, l.resolve(pick(st)?)))))
+        .collect()
+}
+
+/// `f(channel, position, step)` for every step, in the schedule's shape.
+fn per_step(s: &Schedule, f: impl Fn(usize, usize, &Step) -> bool) -> Vec<Vec<bool>> {
+    s.channels.iter().enumerate().map(|(c, ch)| ch.iter().enumerate().map(|(i, st)| f(c, i, st)).collect()).collect()
+}
+
+/// Whether step `w` may write while step `send` is still sending: it is
+/// another channel's, or later in the same one.
+fn may_meet(send: (usize, usize), w: (usize, usize)) -> bool {
+    !(w.0 == send.0 && w.1 <= send.1)
+}
+
+/// Whether two resolved regions share an element.
+fn overlap(a: Region, b: Region) -> bool {
+    a.buf == b.buf && a.off < b.end() && b.off < a.end()
+}
+
+/// Per channel, per step of `s` on `l`: whether the step writes memory
+/// that a step sending memory of the call as it is, but not [`lendable`]
+/// there (`safe`), may still be sending: another channel's step at any
+/// time, or an earlier one of its own. Those sends lend the memory all the
+/// same, holding a slot for it, and these writes first take back into that
+/// slot whatever is still unsent ([`SendConn::reclaim`]). In a ring
+/// all-reduce in place, the piece a rank sends first comes back reduced
+/// only after its peer has received it, so that write finds it gone and
+/// copies nothing.
+///
+/// [`SendConn::reclaim`]: crate::transport::SendConn::reclaim
+fn guards(s: &Schedule, l: &Layout, safe: &[Vec<bool>]) -> Vec<Vec<bool>> {
+    let mut held = regions(s, l, Step::sends_as_is);
+    held.retain(|&(c, i, _)| !safe[c][i]);
+    per_step(s, |wc, wi, st| {
+        st.writes()
+            .map(|w| l.resolve(w))
+            .is_some_and(|w| held.iter().any(|&(c, i, r)| may_meet((c, i), (wc, wi)) && overlap(w, r)))
+    })
+}
+
+impl Wiring {
+    /// Finds (and makes) the connections of `sched`'s steps, its channels
+    /// mapped from `channel_base` on, and works out what it may lend.
+    pub(super) fn new(sched: &Arc<Schedule>, layout: &Layout, channel_base: u32, conns: &mut Conns) -> Result<Self> {
+        let mut links = Vec::with_capacity(sched.channels.len());
+        for (c, ch) in sched.channels.iter().enumerate() {
+            let channel = channel_base + c as u32;
+            let mut l = Vec::with_capacity(ch.len());
+            for st in ch {
+                let s = st.send_peer().map(|p| conns.send(p, channel)).transpose()?;
+                let r = st.recv_peer().map(|p| conns.recv(p, channel)).transpose()?;
+                l.push((s, r));
+            }
+            links.push(l);
+        }
+        let mut uses: Vec<usize> = links
+            .iter()
+            .flatten()
+            .flat_map(|&(s, r)| [s.map(|i| conns.send_id(i)), r.map(|i| conns.recv_id(i))])
+            .flatten()
+            .collect();
+        uses.sort_unstable();
+        uses.dedup();
+        let lendable = lendable(sched, layout);
+        let guards = guards(sched, layout, &lendable);
+        Ok(Wiring { sched: Arc::clone(sched), links, uses, lendable, guards })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::{generate, Algo, Coll, Params};
+    use crate::topo::Hosts;
+
+    fn sched(coll: Coll, algo: Algo, n: usize, rank: usize, count: usize, in_place: bool, hosts: &Hosts) -> Schedule {
+        let p = Params { nranks: n, rank, count, root: n / 2, channels: 2, chunk: 5, in_place, hosts };
+        generate(coll, algo, &p).expect("schedule")
+    }
+
+    /// Element by element: the memory a step sends, and every element
+    /// written by another channel or later in its own.
+    fn reference(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
+        let elems = |r: Region| (r.off..r.off + r.len).map(move |e| (r.buf, e));
+        let mut out = Vec::new();
+        for (c, ch) in s.channels.iter().enumerate() {
+            let mut row = Vec::new();
+            for (i, st) in ch.iter().enumerate() {
+                row.push(st.sends_as_is().is_some_and(|r| {
+                    let mine: std::collections::HashSet<_> = elems(l.resolve(r)).collect();
+                    s.channels.iter().enumerate().all(|(c2, ch2)| {
+                        ch2.iter().enumerate().filter(|&(i2, _)| c2 != c || i2 > i).all(|(_, st2)| {
+                            st2.writes().is_none_or(|w| elems(l.resolve(w)).all(|e| !mine.contains(&e)))
+                        })
+                    })
+                }));
+            }
+            out.push(row);
+        }
+        out
+    }
+
+    /// Element by element: the steps that write an element which a send
+    /// not in `safe` (another channel's, or an earlier one of their own) sends.
+    fn reference_guards(s: &Schedule, l: &Layout, safe: &[Vec<bool>]) -> Vec<Vec<bool>> {
+        let elems = |r: Region| (r.off..r.off + r.len).map(move |e| (r.buf, e));
+        s.channels
+            .iter()
+            .enumerate()
+            .map(|(wc, ch)| {
+                ch.iter()
+                    .enumerate()
+                    .map(|(wi, st)| {
+                        let Some(w) = st.writes() else { return false };
+                        let mine: std::collections::HashSet<_> = elems(l.resolve(w)).collect();
+                        s.channels.iter().enumerate().any(|(c, ch2)| {
+                            ch2.iter().enumerate().any(|(i, st2)| {
+                                !(safe[c][i] || wc == c && wi <= i)
+                                    && st2.sends_as_is().is_some_and(|r| elems(l.resolve(r)).any(|e| mine.contains(&e)))
+                            })
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steps_send_from_the_buffers_only_what_nothing_writes_afterwards() {
+        for coll in Coll::ALL {
+            for algo in coll.algos().iter().copied() {
+                for n in 1..=9 {
+                    for hosts in [Hosts::flat(n), Hosts::blocks(&vec![1; n])] {
+                        for in_place in [false, true] {
+                            for rank in 0..n {
+                                let count = 23;
+                                let s = sched(coll, algo, n, rank, count, in_place, &hosts);
+                                let l = coll.layout(n, rank, count, n / 2, in_place);
+                                let safe = lendable(&s, &l);
+                                assert_eq!(safe, reference(&s, &l), "{coll} {algo} n={n} rank {rank}");
+                                let g = guards(&s, &l, &safe);
+                                assert_eq!(g, reference_guards(&s, &l, &safe), "{coll} {algo} n={n} rank {rank}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_ring_all_reduce_sends_from_its_buffers_all_it_can() {
+        let hosts = Hosts::flat(2);
+        let count = 40;
+        let sends = |in_place: bool| {
+            let s = sched(Coll::AllReduce, Algo::Ring, 2, 0, count, in_place, &hosts);
+            let l = Coll::AllReduce.layout(2, 0, count, 0, in_place);
+            let flags = lendable(&s, &l);
+            s.channels
+                .iter()
+                .zip(&flags)
+                .flat_map(|(ch, f)| ch.iter().zip(f))
+                .filter(|(st, _)| st.send_peer().is_some())
+                .map(|(_, &f)| f)
+                .collect::<Vec<bool>>()
+        };
+        // out of place: the input is never written, nor a result once sent
+        let out = sends(false);
+        assert!(!out.is_empty() && out.iter().all(|&f| f), "{out:?}");
+        // in place: a piece sent while reducing is received into later
+        // (the all-gather half), a piece sent while gathering is final
+        let inp = sends(true);
+        assert!(inp.iter().any(|&f| f) && inp.iter().any(|&f| !f), "{inp:?}");
+        // recursive doubling in place reduces into what it has just sent
+        let s = sched(Coll::AllReduce, Algo::RecursiveDoubling, 2, 0, count, true, &hosts);
+        let l = Coll::AllReduce.layout(2, 0, count, 0, true);
+        assert!(lendable(&s, &l).iter().flatten().all(|&f| !f));
+        // sends that are written afterwards lend all the same, and only the
+        // steps that write their memory take it back first: in place, the
+        // ring's last receive of each channel (the piece it sent first)
+        let writes_back = |in_place: bool| {
+            let s = sched(Coll::AllReduce, Algo::Ring, 2, 0, count, in_place, &hosts);
+            let l = Coll::AllReduce.layout(2, 0, count, 0, in_place);
+            let g = guards(&s, &l, &lendable(&s, &l));
+            s.channels
+                .iter()
+                .zip(&g)
+                .flat_map(|(ch, g)| ch.iter().zip(g))
+                .filter(|(_, &g)| g)
+                .map(|(st, _)| matches!(st, Step::Recv { .. }))
+                .collect::<Vec<bool>>()
+        };
+        assert!(writes_back(false).is_empty());
+        let inp = writes_back(true);
+        assert!(!inp.is_empty() && inp.iter().all(|&r| r), "{inp:?}");
+    }
+}
