@@ -364,7 +364,7 @@ impl Registry {
 
     /// Whether every transport is up and `peers` (endpoints) are alive:
     /// not noted lost by the launcher, nor gone as each transport sees it.
-    /// Checked at most every [`LIVENESS_EVERY`]; in between, `Ok`.
+    /// Checked at most every `LIVENESS_EVERY` (100 ms); in between, `Ok`.
     pub fn check_alive(&self, peers: &[usize]) -> Result<()> {
         let Ok(mut last) = self.last_check.lock() else { return Ok(()) };
         if peers.is_empty() || last.elapsed() < LIVENESS_EVERY {
