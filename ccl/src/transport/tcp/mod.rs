@@ -2,12 +2,12 @@
 //! `CCL_SHM_DISABLE=1`).
 //!
 //! A connection is `CCL_SOCKETS_PER_PEER` sockets; message `m` travels on
-//! socket `m mod k` as a frame (a header, then the payload: `frame`), so consecutive
-//! slots move in parallel and arrive in order. Both ends keep their own
-//! ring of slots: the sender stages a slot there and writes it out as the
-//! socket accepts bytes; the receiver reads frames ahead into free slots
-//! and hands them out in message order. Sockets are non-blocking and
-//! driven by the progress engine; idle ranks `poll()` them.
+//! socket `m mod k` as a frame (a header, then the payload: `frame`), so
+//! consecutive slots move in parallel and arrive in order. Both ends keep
+//! their own ring of slots: the sender stages a slot there and writes it
+//! out as the socket accepts bytes; the receiver reads frames ahead into
+//! free slots and hands them out in message order. Sockets are
+//! non-blocking and driven by the progress engine; idle ranks `poll()` them.
 //!
 //! Each socket opens with a hello naming the connection, authenticated
 //! by an HMAC of the job secret over the hello and a fresh nonce; a socket
@@ -114,11 +114,14 @@ pub fn keepalive(s: &TcpStream) -> std::io::Result<()> {
     set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE.2)
 }
 
+/// A transport error saying what failed (`what`) and why.
 fn io_err(what: &str, e: std::io::Error) -> Error {
     Error::transport(format!("tcp {what}: {e}"))
 }
 
 impl Shared {
+    /// Registers `stream` with what the idle rank polls: for reading
+    /// (`read`), or for writing while its queue is not empty.
     fn watch(&self, stream: &TcpStream, read: bool) -> Arc<SockFlag> {
         let f = Arc::new(SockFlag { fd: stream.as_raw_fd(), read, want_write: AtomicBool::new(false) });
         if let Ok(mut p) = self.polled.lock() {
