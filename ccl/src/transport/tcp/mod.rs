@@ -301,6 +301,15 @@ mod tests {
         Tcp::new(me, [9; 16], l, Vec::new(), 1, checksum)
     }
 
+    /// Rank 0's transport, which reaches rank 1 (both endpoints) at the
+    /// second one returned: rank 1's, listening on loopback.
+    fn pair(checksum: bool) -> (Tcp, Tcp) {
+        let rx = transport(1, checksum);
+        let rx_addr = rx.shared.listener.local_addr().expect("addr");
+        let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+        (Tcp::new(0, [9; 16], l, vec![rx_addr; 2], 1, checksum), rx)
+    }
+
     /// Polls `r` until it yields a slot or an error.
     fn next(r: &mut RecvConn) -> Result<Vec<u8>> {
         let t = Instant::now();
@@ -342,10 +351,7 @@ mod tests {
 
     #[test]
     fn each_connection_cuts_its_ring_as_its_group_asks() {
-        let rx = transport(1, false);
-        let rx_addr = rx.shared.listener.local_addr().expect("addr");
-        let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
-        let tx = Tcp::new(0, [9; 16], l, vec![rx_addr, rx_addr], 1, false);
+        let (tx, rx) = pair(false);
         // two slots, rounded up to whole cache lines, carry more frames than there are slots, in order
         let ring = Geometry { nslots: 2, slot_bytes: 1000 };
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
@@ -388,9 +394,7 @@ mod tests {
 
     #[test]
     fn lent_memory_goes_out_as_it_is_and_a_failing_call_takes_it_back() {
-        let rx = transport(1, false);
-        let rx_addr = rx.shared.listener.local_addr().expect("addr");
-        let tx = Tcp::new(0, [9; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), vec![rx_addr; 2], 1, false);
+        let (tx, rx) = pair(false);
         let ring = Geometry { nslots: 2, slot_bytes: 1024 };
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
         let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
@@ -419,9 +423,7 @@ mod tests {
 
     #[test]
     fn held_lent_memory_taken_back_is_sent_as_it_was() {
-        let rx = transport(1, true);
-        let rx_addr = rx.shared.listener.local_addr().expect("addr");
-        let tx = Tcp::new(0, [9; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), vec![rx_addr; 2], 1, true);
+        let (tx, rx) = pair(true);
         let ring = Geometry { nslots: 2, slot_bytes: 1 << 20 };
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
         let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
