@@ -25,3 +25,15 @@ stats_awk='
         return k
     }
 '
+
+# The host places this VM's vCPUs near each other or far apart, changing
+# every few seconds to minutes, and small collectives run 3-4x slower in
+# the far placement. `placement` prints the round trip of a cache line
+# between CPUs 0 and 1 (core-latency, in ns; 0 on a machine with one CPU).
+# The scripts take it before and after each run: a run is in the near
+# placement when both are under `near_ns` (about 80 against 330 ns on the
+# project's 2-core machine).
+near_ns=200
+placement() {
+    target/release/core-latency 2>/dev/null || echo 0
+}

@@ -151,3 +151,21 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
     }
     assert_eq!(rows, 8, "8 B .. 16 MiB by 8x: {out}");
 }
+
+#[test]
+fn core_latency_times_a_round_trip_and_refuses_bad_cpus() {
+    let bin = env!("CARGO_BIN_EXE_core-latency");
+    let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    if two {
+        let out = run(bin, &["--rounds", "2000", "--samples", "3"]);
+        let ns: f64 = out.trim().parse().expect("one number");
+        assert!(ns > 0.0, "{out}");
+    }
+    // 1024: past the last CPU a cpu_set_t holds
+    for args in [&["--cpus", "1,1"][..], &["--cpus", "0"], &["--cpus", "0,1024"], &["--rounds", "0"]] {
+        let out = Command::new(bin).args(args).output().expect("core-latency");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("core-latency: "), "{args:?}: {err}");
+    }
+}
