@@ -128,28 +128,54 @@ fn ccl_sim_ends_quietly_when_its_reader_goes_away_and_reports_other_write_errors
 fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
     // Model::DEFAULT and ccl/topologies/this-machine-shm.toml carry the same
     // fitted figures: ccl-sim's picks and times for the file are the tuner's
-    // for the default model on 2 ranks sharing 2 cores
+    // for the default model on 2 cores, with 2 ranks and with 4 sharing them
     use ccl::algo::Coll;
     use ccl::sim::{Call, Model};
     use ccl::topo::Hosts;
     let topo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies/this-machine-shm.toml");
-    let out =
-        run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo.to_string_lossy(), "-b", "8", "-e", "64M", "-f", "8", "--times"]);
     let model = Model::DEFAULT.with_cores(2);
-    let mut rows = 0;
-    for row in out.lines().filter(|l| !l.starts_with('#')) {
-        let w: Vec<&str> = row.split_whitespace().collect();
-        let count: usize = w[1].parse().expect("count");
-        let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
-        let call =
-            Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk: (512 << 10) / 4, slot: 8 << 10 };
-        let ours = ccl::tune::predictions(&call, &Hosts::blocks(&[2]), &model);
-        let (algo, secs) = ours[0];
-        assert_eq!(pick, algo.name(), "{row}");
-        assert!((secs * 1e6 - us).abs() <= 0.05 + 1e-3 * us, "{row}: the default model says {:.1} us", secs * 1e6);
-        rows += 1;
+    for ranks in [2, 4] {
+        let out = run(
+            env!("CARGO_BIN_EXE_ccl-sim"),
+            &[
+                &topo.to_string_lossy(),
+                "--ranks-per-host",
+                &ranks.to_string(),
+                "-b",
+                "8",
+                "-e",
+                "64M",
+                "-f",
+                "8",
+                "--times",
+            ],
+        );
+        let mut rows = 0;
+        for row in out.lines().filter(|l| !l.starts_with('#')) {
+            let w: Vec<&str> = row.split_whitespace().collect();
+            let count: usize = w[1].parse().expect("count");
+            let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
+            let call = Call {
+                coll: Coll::AllReduce,
+                count,
+                elem: 4,
+                root: 0,
+                channels: 1,
+                chunk: (512 << 10) / 4,
+                slot: 8 << 10,
+            };
+            let ours = ccl::tune::predictions(&call, &Hosts::blocks(&[ranks]), &model);
+            let (algo, secs) = ours[0];
+            assert_eq!(pick, algo.name(), "{ranks} ranks: {row}");
+            assert!(
+                (secs * 1e6 - us).abs() <= 0.05 + 1e-3 * us,
+                "{ranks} ranks: {row}: the default model says {:.1} us",
+                secs * 1e6
+            );
+            rows += 1;
+        }
+        assert_eq!(rows, 8, "8 B .. 16 MiB by 8x: {out}");
     }
-    assert_eq!(rows, 8, "8 B .. 16 MiB by 8x: {out}");
 }
 
 #[test]

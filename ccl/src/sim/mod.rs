@@ -88,6 +88,10 @@ pub struct Model {
     /// How many times faster copies and reductions run when a call's data
     /// on a host (every local rank's input and output) fits that cache.
     pub cached: f64,
+    /// The same, on a host with more ranks than cores: less, since a
+    /// rank's data leaves its core's own caches while another rank runs
+    /// there, and only the shared cache keeps it.
+    pub shared_cached: f64,
 }
 
 impl Model {
@@ -109,6 +113,7 @@ impl Model {
         switch: 10e-6,
         cache: 24.0 * (1 << 20) as f64,
         cached: 2.2,
+        shared_cached: 1.5,
     };
 
     /// This model with `cores` cores per host.

@@ -34,7 +34,8 @@ struct Sim<'a> {
     /// faster for data that stays in cache.
     slow: Vec<f64>,
     /// Per rank: how much of a copy's time (before `slow`) a copy out of
-    /// the cache takes: 1 where the call's data fits it anyway.
+    /// the cache takes: 1 where the call's data fits it anyway and the
+    /// rank has a core of its own.
     hot: Vec<f64>,
     /// Per rank: how long a message to it waits for it to get a core.
     wake: Vec<f64>,
@@ -216,12 +217,15 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         // every local rank's input and output
         let data = (2 * g.len() * count) as f64 * elem_size as f64;
         let spills = model.cache > 0.0 && data > model.cache;
-        // ranks time-sharing cores evict each other's data: no cache speed-up
-        let fits = model.cache > 0.0 && !spills && share <= 1.0;
-        let speed = if fits { model.cached.max(f64::MIN_POSITIVE) } else { 1.0 };
+        // ranks time-sharing cores evict each other's data from the cores'
+        // own caches: only the shared cache's speed-up
+        let fits = model.cache > 0.0 && !spills;
+        let gain = if share > 1.0 { model.shared_cached } else { model.cached };
+        let speed = if fits { gain.max(f64::MIN_POSITIVE) } else { 1.0 };
         for &r in g {
             slow[r] = share.max(1.0) / speed;
-            hot[r] = if fits || model.cache <= 0.0 { 1.0 } else { 1.0 / model.cached.max(1.0) };
+            // a fused step's second pass always finds its data in the cache
+            hot[r] = if model.cache > 0.0 { speed / model.cached.max(speed) } else { 1.0 };
             wake[r] = if share > 1.0 { model.switch * (1.0 - 1.0 / share) } else { 0.0 };
             // a slot waiting for its receiver to get a core, while the call
             // streams more data than the cache holds, is evicted meanwhile:
@@ -320,10 +324,10 @@ mod tests {
     }
 
     #[test]
-    fn data_that_fits_the_cache_runs_faster_unless_ranks_share_cores() {
+    fn data_that_fits_the_cache_runs_faster_and_less_so_on_shared_cores() {
         let count = 1 << 18; // 1 MiB of f32 per rank
-        let uncached = Model { cache: 0.0, cached: 1.0, ..Model::DEFAULT };
-        let cached = Model { cache: 64.0 * (1 << 20) as f64, cached: 2.0, ..uncached };
+        let uncached = Model { cache: 0.0, cached: 1.0, shared_cached: 1.0, ..Model::DEFAULT };
+        let cached = Model { cache: 64.0 * (1 << 20) as f64, cached: 2.0, shared_cached: 1.5, ..uncached };
         let two = Hosts::blocks(&[2]);
         let (cold, warm) = (
             time(Coll::AllReduce, Algo::Ring, count, &two, &uncached),
@@ -337,16 +341,17 @@ mod tests {
         assert!(warm < partly && partly < cold, "{warm} < {partly} < {cold}");
         let no_fused_pass = time(Coll::AllReduce, Algo::RecursiveDoubling, count, &two, &too_small);
         assert_eq!(no_fused_pass, time(Coll::AllReduce, Algo::RecursiveDoubling, count, &two, &uncached));
-        let four = Hosts::blocks(&[4]);
-        let shared = |m: Model| time(Coll::AllReduce, Algo::Ring, count, &four, &m.with_cores(2));
+        // ranks time-sharing cores get the shared cache's smaller speed-up
         // (fetching from other cores at copy speed, which is what a slot
         // evicted while it waits costs: that alone would tell them apart)
+        let four = Hosts::blocks(&[4]);
+        let shared = |m: Model| time(Coll::AllReduce, Algo::Ring, count, &four, &m.with_cores(2));
         let fetch_at_copy = |m: Model| Model { intra: Link { bandwidth: m.copy, ..m.intra }, ..m };
-        assert_eq!(
-            shared(fetch_at_copy(cached)),
-            shared(fetch_at_copy(too_small)),
-            "time-sharing ranks evict each other"
-        );
+        let spilt = shared(fetch_at_copy(too_small));
+        let kept = shared(fetch_at_copy(cached));
+        let as_if_alone = shared(fetch_at_copy(Model { shared_cached: cached.cached, ..cached }));
+        assert!(as_if_alone < kept && kept < spilt, "{as_if_alone} < {kept} < {spilt}");
+        assert_eq!(spilt, shared(fetch_at_copy(Model { shared_cached: 1.0, ..cached })), "no speed-up of 1");
     }
 
     #[test]

@@ -127,6 +127,9 @@ struct RankSpec {
     /// Speed-up of copies and reductions on data that fits the cache.
     #[serde(default = "unit")]
     cached_speedup: f64,
+    /// The same where ranks share cores (absent: none).
+    #[serde(default = "unit")]
+    shared_cached_speedup: f64,
 }
 
 fn unit() -> f64 {
@@ -171,6 +174,7 @@ fn run(a: &Args) -> Result<(), String> {
         switch: t.rank.switch_us * 1e-6,
         cache: t.rank.cache_mib * (1 << 20) as f64,
         cached: t.rank.cached_speedup,
+        shared_cached: t.rank.shared_cached_speedup,
     };
     let hosts = Hosts::blocks(&vec![per; nh]);
     let n = nh * per;
