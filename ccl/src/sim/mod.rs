@@ -102,7 +102,7 @@ impl Model {
     /// `ccl/topologies/this-machine-shm.toml`; what the tuner assumes until
     /// measured.
     pub const DEFAULT: Model = Model {
-        intra: Link { latency: 0.2e-6, bandwidth: 80e9 },
+        intra: Link { latency: 0.18e-6, bandwidth: 80e9 },
         first_slot: 30e9,
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
         nics: 1,
