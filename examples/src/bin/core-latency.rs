@@ -18,7 +18,7 @@
 //! placements.
 
 use clap::Parser;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,14 +38,11 @@ struct Args {
 
 /// The line the two threads bounce, alone in its cache line.
 #[repr(align(128))]
-struct Line {
-    turn: AtomicU64,
-    stop: AtomicBool,
-}
+struct Line(AtomicU64);
 
 /// How long a wait for the other thread may last before the probe gives
 /// up: far more than any round trip, so only a thread that cannot run
-/// (both pinned to one CPU by an outside affinity mask) reaches it.
+/// reaches it.
 const PATIENCE: Duration = Duration::from_secs(2);
 
 /// Pins the calling thread to `cpu`.
@@ -69,21 +66,15 @@ fn pin(cpu: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits until `line.turn` is `want`, polling without a pause; false if
-/// the other side gave up or did not answer within `PATIENCE`.
+/// Waits until `line` holds `want`, polling without a pause; false if the
+/// other thread did not answer within `PATIENCE`.
 fn wait_for(line: &Line, want: u64) -> bool {
     let mut spins = 0u32;
     let mut since: Option<Instant> = None;
-    while line.turn.load(Ordering::Acquire) != want {
+    while line.0.load(Ordering::Acquire) != want {
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(1 << 20) {
-            if line.stop.load(Ordering::Relaxed) {
-                return false;
-            }
-            let start = *since.get_or_insert_with(Instant::now);
-            if start.elapsed() > PATIENCE {
-                return false;
-            }
+        if spins.is_multiple_of(1 << 20) && since.get_or_insert_with(Instant::now).elapsed() > PATIENCE {
+            return false;
         }
     }
     true
@@ -105,50 +96,44 @@ fn run(args: &Args) -> Result<f64, String> {
     if args.rounds == 0 || args.samples == 0 {
         return Err("--rounds and --samples must be at least 1".into());
     }
+    // both threads are pinned before the first round trip: a CPU that
+    // cannot be had is an error of its own, not a wait for an answer
+    pin(first)?;
     let total = args.rounds * args.samples as u64;
-    let line = Arc::new(Line { turn: AtomicU64::new(0), stop: AtomicBool::new(false) });
+    let line = Arc::new(Line(AtomicU64::new(0)));
     let peer = Arc::clone(&line);
+    let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
     // The echo: answers every odd turn with the next even one.
     let echo = std::thread::spawn(move || -> Result<(), String> {
         let pinned = pin(second);
-        if pinned.is_err() {
-            peer.stop.store(true, Ordering::Relaxed);
-            return pinned;
-        }
+        let _ = pinned_tx.send(pinned.clone());
+        pinned?;
         for i in 0..total {
             if !wait_for(&peer, 2 * i + 1) {
                 return Err(format!("CPU {second} got no answer from CPU {first}"));
             }
-            peer.turn.store(2 * i + 2, Ordering::Release);
+            peer.0.store(2 * i + 2, Ordering::Release);
         }
         Ok(())
     });
-    let timed = pin(first).and_then(|()| {
-        let mut samples = Vec::with_capacity(args.samples);
-        for s in 0..args.samples as u64 {
-            let start = Instant::now();
-            for i in s * args.rounds..(s + 1) * args.rounds {
-                line.turn.store(2 * i + 1, Ordering::Release);
-                if !wait_for(&line, 2 * i + 2) {
-                    return Err(format!("CPU {first} got no answer from CPU {second}"));
-                }
+    if let Err(e) = pinned_rx.recv().unwrap_or_else(|_| Err("the echo thread ended".into())) {
+        let _ = echo.join();
+        return Err(e);
+    }
+    let mut samples = Vec::with_capacity(args.samples);
+    for s in 0..args.samples as u64 {
+        let start = Instant::now();
+        for i in s * args.rounds..(s + 1) * args.rounds {
+            line.0.store(2 * i + 1, Ordering::Release);
+            if !wait_for(&line, 2 * i + 2) {
+                return Err(format!("CPU {first} got no answer from CPU {second}"));
             }
-            samples.push(start.elapsed().as_nanos() as f64 / args.rounds as f64);
         }
-        samples.sort_by(f64::total_cmp);
-        Ok(samples[samples.len() / 2])
-    });
-    if timed.is_err() {
-        line.stop.store(true, Ordering::Relaxed);
+        samples.push(start.elapsed().as_nanos() as f64 / args.rounds as f64);
     }
-    let echoed = echo.join().map_err(|_| "the echo thread panicked".to_string())?;
-    match (timed, echoed) {
-        (Ok(ns), Ok(())) => Ok(ns),
-        // the side that could not pin says why; the other only that it
-        // got no answer
-        (Err(mine), Err(theirs)) => Err(if theirs.starts_with("pinning") { theirs } else { mine }),
-        (Err(e), Ok(())) | (Ok(_), Err(e)) => Err(e),
-    }
+    echo.join().map_err(|_| "the echo thread panicked".to_string())??;
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
 }
 
 fn main() {
