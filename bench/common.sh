@@ -9,8 +9,8 @@ bind_ranks() {
 }
 
 # awk functions the scripts' programs start with: the median of a
-# space-separated list of numbers, and the numeric keys of an array sorted
-# into order[1..n] (n returned).
+# space-separated list of numbers, the numeric keys of an array sorted
+# into order[1..n] (n returned), and the placement of each run.
 # shellcheck disable=SC2034 # used by the scripts that source this file
 stats_awk='
     function median(s,   a, n, i, j, t) {
@@ -24,6 +24,16 @@ stats_awk='
         for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (order[j] < order[i]) { t = order[i]; order[i] = order[j]; order[j] = t }
         return k
     }
+    # a run of key `run` read `before` and `after` (ns; see `placed`):
+    # near_run[run] says whether both are under near_ns (an awk variable)
+    function placed(run, before, after) {
+        near_run[run] = before < near_ns + 0 && after < near_ns + 0
+        runs++; near_runs += near_run[run]; readings = readings " " before "/" after
+    }
+    function placement_report() {
+        printf "# runs in the near placement (core-latency under %d ns before and after): %d of %d\n", near_ns, near_runs, runs
+        printf "# core-latency before/after each run (ns):%s\n", readings
+    }
 '
 
 # The host places this VM's vCPUs near each other or far apart, changing
@@ -36,4 +46,14 @@ stats_awk='
 near_ns=200
 placement() {
     target/release/core-latency 2>/dev/null || echo 0
+}
+
+# Runs "$@" (its redirections are the caller's) between two readings of
+# `placement`, which go to FILE as "before after".
+placed() {
+    local file=$1 before
+    shift
+    before=$(placement)
+    "$@"
+    echo "$before $(placement)" >"$file"
 }
