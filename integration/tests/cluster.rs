@@ -205,7 +205,7 @@ fn shaped_links_change_the_choice_as_the_model_says() {
     // sizes by factor 2: where recursive doubling gives way to ring-ring
     // moves with the links' latency × bandwidth, as measured at start-up.
     // With 8 ranks on 2 cores the latency measured is mostly waiting for a
-    // sleeping rank to be woken: 20-140 us from run to run, shaped or not
+    // sleeping rank to be woken: 16-140 us from run to run, shaped or not
     for rate in ["off", "1gbit"] {
         c.shape(rate);
         let o = run(
