@@ -264,6 +264,7 @@ impl Group {
         slots_around: bool,
     ) -> Result<Prepared<'p>> {
         let inner = &self.inner;
+        let spread = plans.stores.spreads();
         let (choice, checked) = self.plan_of::<T>(plans, call)?;
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
@@ -287,6 +288,7 @@ impl Group {
             device,
             around_cache_from,
             slots_around,
+            spread,
         };
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
     }

@@ -120,6 +120,13 @@ impl SlotChooser {
         }
     }
 
+    /// Whether small messages move around inside their slots
+    /// ([`Plan::spread`](crate::exec::Plan::spread)): where every rank has
+    /// a core of its own.
+    pub fn spreads(&self) -> bool {
+        self.own_cores
+    }
+
     /// Whether every rank has a core of its own; where not, `auto` writes
     /// through the cache.
     pub fn set_own_cores(&mut self, on: bool) {

@@ -46,6 +46,8 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     around_cache: bool,
     /// Whether slots are written around the cache ([`Plan::slots_around`]).
     slots_around: bool,
+    /// Whether small messages move around inside their slots ([`Plan::spread`]).
+    spread: bool,
     /// Boxed: host calls, the common case, move a smaller `Exec`.
     gpu: Option<Box<OnGpu>>,
     /// Sending connections that may still read this call's buffers (memory
@@ -119,6 +121,14 @@ pub struct Plan<'a> {
     /// Whether every slot a step fills is written around the cache (as
     /// `CCL_SLOT_STORES` and the group's measurements say); host steps only.
     pub slots_around: bool,
+    /// Whether a message of at most half a slot takes a new place in its
+    /// slot each time the ring comes back to it ([`FifoSend::reserve`]):
+    /// where every rank has a core of its own, so that the lines written
+    /// have left the other core's cache; not where ranks share cores,
+    /// whose messages are best kept in the few lines the core has hot.
+    ///
+    /// [`FifoSend::reserve`]: crate::transport::fifo::FifoSend::reserve
+    pub spread: bool,
 }
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
@@ -132,7 +142,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around } = plan;
+        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around, spread } = plan;
         let layout = checked.layout;
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
@@ -169,6 +179,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             fp,
             around_cache,
             slots_around,
+            spread,
             gpu,
             lent: SmallVec::new(),
             _op: PhantomData,
@@ -211,6 +222,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         self.fp = plan.fp.words();
         self.around_cache = Self::output_around_cache(&self.layout, plan.around_cache_from);
         self.slots_around = plan.slots_around;
+        self.spread = plan.spread;
         self.pcs.iter_mut().for_each(|pc| *pc = (0, 0));
         self.lent.clear();
         true
@@ -367,7 +379,11 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             None => None,
         };
         let outgoing = match si {
-            Some(si) => match conns.send_at(si).reserve().map_err(|e| e.with_peer(st.send_peer().unwrap_or(0)))? {
+            Some(si) => match conns
+                .send_at(si)
+                .reserve(n * size, self.spread)
+                .map_err(|e| e.with_peer(st.send_peer().unwrap_or(0)))?
+            {
                 Some(p) => Some(p as *mut T),
                 None => return Ok(false),
             },
@@ -507,6 +523,7 @@ mod tests {
             device: None,
             around_cache_from: 0,
             slots_around: false,
+            spread: false,
         };
         let (input, mut output) = (vec![1.0f32; count], vec![0.0f32; count]);
         // SAFETY: both buffers outlive the call, which is dropped (its lent

@@ -31,7 +31,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         if let Some(si) = si.filter(|&si| conns.dev_send(si).is_none()) {
             let peer = st.send_peer().unwrap_or(0);
             let slot_bytes = conns.slot_bytes();
-            let Some(p) = conns.send_at(si).reserve().map_err(|e| e.with_peer(peer))? else { return Ok(false) };
+            let Some(p) = conns.send_at(si).reserve(slot_bytes, false).map_err(|e| e.with_peer(peer))? else {
+                return Ok(false);
+            };
             let nslots = conns.send_at(si).nslots();
             // SAFETY: a reserved slot holds at least `slot_bytes` (checked
             // when connecting) and is ours until posted.

@@ -20,6 +20,10 @@ use std::sync::Arc;
 /// Alignment of every slot.
 pub const SLOT_ALIGN: usize = 64;
 
+/// Messages from this size on move around inside their slot
+/// ([`FifoMem::spread`]).
+pub const SPREAD_MIN: usize = 4096;
+
 #[repr(C, align(64))]
 struct Counter(AtomicU64);
 
@@ -38,6 +42,8 @@ struct Header {
     seq: AtomicU64,
     /// Bytes of data.
     len: AtomicU32,
+    /// Where the data starts in the slot's data area ([`FifoMem::spread`]).
+    off: AtomicU32,
     /// The call's fingerprint.
     fp: [AtomicU64; 4],
 }
@@ -132,6 +138,27 @@ impl FifoMem {
         unsafe { &(*(self.base as *const Counter)).0 }
     }
 
+    /// Where in its slot message `seq` (counted from 0) of `bytes` bytes
+    /// goes: a message of at most half a slot moves on by its own length
+    /// (in lines) each time the ring comes back to that slot, so the lines
+    /// it writes were last written `k` laps ago, not one, and have left
+    /// both cores' private caches (writing lines that the other core still
+    /// holds costs the writer a round trip each). Messages under
+    /// [`SPREAD_MIN`] stay next to the header line, which the receiver
+    /// polls and which the line-pair prefetcher fetches with the first
+    /// data line.
+    fn spread(&self, seq: u64, bytes: usize) -> usize {
+        if bytes < SPREAD_MIN {
+            return 0;
+        }
+        let span = bytes.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+        let k = (self.slot_bytes / span) as u64;
+        if k < 2 {
+            return 0;
+        }
+        ((seq / self.nslots as u64) % k) as usize * span
+    }
+
     fn slot_ptr(&self, slot: usize) -> *mut u8 {
         let off = Self::slots_off() + (slot % self.nslots) * Self::stride(self.slot_bytes) + SLOT_ALIGN;
         // SAFETY: `slot % nslots < nslots`, so the data after that slot's
@@ -163,6 +190,8 @@ impl Drop for FifoMem {
 pub struct FifoSend {
     mem: Arc<FifoMem>,
     head: u64,
+    /// Where the reserved slot's data starts.
+    off: usize,
     /// `tail` as last read: slots below `tail + nslots` are free.
     tail: u64,
     receiver: BellRef,
@@ -181,7 +210,7 @@ impl FifoSend {
         // every posted message was released before a new end attaches (a
         // FIFO gets its ends once, fresh), so the next message follows tail
         let tail = mem.tail().load(Ordering::Acquire);
-        FifoSend { mem, head: tail, tail, receiver }
+        FifoSend { mem, head: tail, off: 0, tail, receiver }
     }
 
     /// Slots in the FIFO.
@@ -202,19 +231,28 @@ impl FifoSend {
         self.mem.tail().load(Ordering::Acquire) == self.head
     }
 
-    /// The next free slot, if the receiver has released one.
-    pub fn reserve(&mut self) -> Option<*mut u8> {
+    /// Room for a message of `bytes` bytes (at most a slot) in the next
+    /// free slot, if the receiver has released one: at the slot's start,
+    /// or, to `spread`, where [`FifoMem::spread`] places it.
+    pub fn reserve(&mut self, bytes: usize, spread: bool) -> Option<*mut u8> {
         let n = self.mem.nslots as u64;
         if self.head - self.tail >= n {
             self.tail = self.mem.tail().load(Ordering::Acquire);
         }
-        (self.head - self.tail < n).then(|| self.mem.slot_ptr((self.head % n) as usize))
+        if self.head - self.tail >= n {
+            return None;
+        }
+        self.off = if spread { self.mem.spread(self.head, bytes.min(self.mem.slot_bytes)) } else { 0 };
+        // SAFETY: `spread` keeps `off` + `bytes` within the slot's data.
+        Some(unsafe { self.mem.slot_ptr((self.head % n) as usize).add(self.off) })
     }
 
-    /// Publishes the reserved slot holding `bytes` bytes of the call `fp`.
+    /// Publishes the reserved slot holding `bytes` bytes (at most what was
+    /// reserved) of the call `fp`.
     pub fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
         let h = self.mem.header((self.head % self.mem.nslots as u64) as usize);
         h.len.store(bytes as u32, Ordering::Relaxed);
+        h.off.store(self.off as u32, Ordering::Relaxed);
         for (w, v) in h.fp.iter().zip(fp) {
             w.store(*v, Ordering::Relaxed);
         }
@@ -247,7 +285,12 @@ impl FifoRecv {
         let h = self.mem.header(slot);
         (h.seq.load(Ordering::Acquire) == self.tail + 1).then(|| {
             let fp = h.fp.each_ref().map(|w| w.load(Ordering::Relaxed));
-            (self.mem.slot_ptr(slot) as *const u8, h.len.load(Ordering::Relaxed) as usize, fp)
+            let len = h.len.load(Ordering::Relaxed) as usize;
+            // within the slot whatever the header says (the length is
+            // checked against the step's by the caller)
+            let off = (h.off.load(Ordering::Relaxed) as usize).min(self.mem.slot_bytes.saturating_sub(len));
+            // SAFETY: `off` ≤ slot_bytes, so the pointer stays inside the slot's data.
+            (unsafe { self.mem.slot_ptr(slot).add(off) } as *const u8, len, fp)
         })
     }
 
@@ -277,13 +320,13 @@ mod tests {
         let mut tx = FifoSend::new(Arc::clone(&mem), Arc::clone(&b1));
         let mut rx = FifoRecv::new(mem, b2);
         for i in 0..4u8 {
-            let p = tx.reserve().expect("free slot");
+            let p = tx.reserve(1 + i as usize, true).expect("free slot");
             assert_eq!(p as usize % SLOT_ALIGN, 0);
             // SAFETY: the reserved slot is ours until posted; 128 bytes.
             unsafe { p.write(i) };
             tx.post(1 + i as usize, &[i as u64; 4]);
         }
-        assert!(tx.reserve().is_none(), "full after 4");
+        assert!(tx.reserve(1, true).is_none(), "full after 4");
         for i in 0..4u8 {
             let (p, len, fp) = rx.peek().expect("posted");
             assert_eq!(fp, [i as u64; 4]);
@@ -293,7 +336,61 @@ mod tests {
             rx.release();
         }
         assert!(rx.peek().is_none());
-        assert!(tx.reserve().is_some());
+        assert!(tx.reserve(1, true).is_some());
+    }
+
+    #[test]
+    fn messages_up_to_half_a_slot_move_on_each_lap_and_arrive_whole() {
+        // 4 slots of 16 KiB: a 4 KiB message has 4 places in its slot, a
+        // small one and a whole-slot one only the first
+        let mem = FifoMem::new(4, 16 << 10).expect("alloc");
+        let (b1, b2): (BellRef, BellRef) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+        let mut tx = FifoSend::new(Arc::clone(&mem), b1);
+        let mut rx = FifoRecv::new(Arc::clone(&mem), b2);
+        let base = |slot: usize| mem.slot_ptr(slot) as usize;
+        for (laps, bytes) in [(9, 4096), (3, SPREAD_MIN - 64), (3, 16 << 10), (6, 5000)] {
+            // a 5000-byte message takes 5056 bytes (whole lines): 3 places
+            let places = match bytes {
+                4096 => 4,
+                5000 => 3,
+                _ => 1,
+            };
+            for m in 0..4 * laps {
+                let seq = tx.head;
+                let p = tx.reserve(bytes, true).expect("free slot");
+                let slot = (seq % 4) as usize;
+                let lap = (seq / 4) as usize;
+                let span = bytes.div_ceil(SLOT_ALIGN) * SLOT_ALIGN;
+                assert_eq!(p as usize - base(slot), (lap % places) * span, "message {m} of {bytes} B");
+                let data: Vec<u8> = (0..bytes).map(|_| rand::random()).collect();
+                // SAFETY: the reserved room holds `bytes` bytes, ours until posted.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, bytes) };
+                tx.post(bytes, &[seq; 4]);
+                let (q, len, fp) = rx.peek().expect("posted");
+                assert_eq!((q, len, fp), (p as *const u8, bytes, [seq; 4]));
+                // SAFETY: the peeked slot holds `len` bytes until released.
+                assert_eq!(unsafe { std::slice::from_raw_parts(q, len) }, &data[..]);
+                rx.release();
+            }
+        }
+        // a header whose place would run past the slot is read inside it
+        let p = tx.reserve(64, true).expect("free slot");
+        let slot = (tx.head % 4) as usize;
+        tx.post(64, &[0; 4]);
+        mem.header(slot).off.store(u32::MAX, Ordering::Relaxed);
+        let (q, _, _) = rx.peek().expect("posted");
+        assert_eq!(q as usize, base(slot) + (16 << 10) - 64);
+        assert_eq!(p as usize, base(slot));
+        rx.release();
+        // not spread: every message at its slot's start, lap after lap
+        for _ in 0..8 {
+            let slot = (tx.head % 4) as usize;
+            let p = tx.reserve(4096, false).expect("free slot");
+            assert_eq!(p as usize, base(slot));
+            tx.post(4096, &[0; 4]);
+            assert_eq!(rx.peek().expect("posted").0, p as *const u8);
+            rx.release();
+        }
     }
 
     #[test]
@@ -306,7 +403,7 @@ mod tests {
         let mut rx = FifoRecv::new(mem, b2);
         assert!(!tx.lends());
         let data = [7u8; 16];
-        tx.reserve().expect("reserve").expect("free slot");
+        tx.reserve(16, false).expect("reserve").expect("free slot");
         // SAFETY: `data` outlives the call, which sends nothing.
         let e = unsafe { tx.lend(data.as_ptr(), data.len(), &[0; 4], false) }.expect_err("refused");
         assert!(e.to_string().contains("sends only from its slots"), "{e}");
@@ -324,7 +421,7 @@ mod tests {
         let t = std::thread::spawn(move || {
             for i in 0..n {
                 loop {
-                    if let Some(p) = tx.reserve() {
+                    if let Some(p) = tx.reserve(8, true) {
                         // SAFETY: reserved slot, 64-aligned, 64 bytes.
                         unsafe { (p as *mut u64).write(i) };
                         tx.post(8, &[0; 4]);

@@ -103,11 +103,13 @@ pub enum RecvConn {
 }
 
 impl SendConn {
-    /// A free slot to fill, if any (`None` also while still connecting).
-    pub fn reserve(&mut self) -> Result<Option<*mut u8>> {
+    /// Room in a free slot for a message of `bytes` bytes (at most a
+    /// slot), placed to `spread` in memory FIFOs ([`FifoSend::reserve`]),
+    /// if any (`None` also while still connecting).
+    pub fn reserve(&mut self, bytes: usize, spread: bool) -> Result<Option<*mut u8>> {
         Ok(match self {
-            SendConn::Fifo(f) => f.reserve(),
-            SendConn::Shm(l, _) => l.get()?.and_then(|f| f.reserve()),
+            SendConn::Fifo(f) => f.reserve(bytes, spread),
+            SendConn::Shm(l, _) => l.get()?.and_then(|f| f.reserve(bytes, spread)),
             SendConn::Tcp(t) => t.reserve_slot()?,
         })
     }

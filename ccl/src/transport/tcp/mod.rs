@@ -332,7 +332,7 @@ mod tests {
         let mut sent = 0;
         while got.len() < frames.len() && t.elapsed() < Duration::from_secs(10) {
             if sent < frames.len() {
-                if let Some(p) = tx.reserve()? {
+                if let Some(p) = tx.reserve(frames[sent].len(), false)? {
                     // SAFETY: a reserved slot of at least the frame's bytes (the caller cuts it so).
                     unsafe { std::ptr::copy_nonoverlapping(frames[sent].as_ptr(), p, frames[sent].len()) };
                     tx.post(frames[sent].len(), &[0; 4]);
@@ -429,7 +429,7 @@ mod tests {
         let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
         let t = Instant::now();
         let reserve = |s: &mut SendConn| {
-            while s.reserve().expect("reserve").is_none() && t.elapsed() < Duration::from_secs(10) {}
+            while s.reserve(1 << 20, false).expect("reserve").is_none() && t.elapsed() < Duration::from_secs(10) {}
         };
         // more than the sockets hold, not read yet: the frames after it wait in the queue
         let big: Vec<u8> = (0..64 << 20).map(|i: u32| (i % 251) as u8).collect();
@@ -445,7 +445,7 @@ mod tests {
             // SAFETY: `held` outlives its frames: sent or taken back below.
             unsafe { s.lend(f.as_ptr(), f.len(), &[0; 4], true) }.expect("lend");
         }
-        assert!(s.reserve().expect("reserve").is_none(), "held frames keep their slots");
+        assert!(s.reserve(1 << 20, false).expect("reserve").is_none(), "held frames keep their slots");
         // take back the second held frame (tens of MiB behind the first
         // unsent byte), part of which is about to be overwritten
         let before = s.lent();
