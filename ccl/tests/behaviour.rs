@@ -8,7 +8,7 @@ use ccl::{Config, ErrorKind, Max, Sum};
 use std::time::{Duration, Instant};
 
 fn quick(timeout_ms: u64) -> Config {
-    Config { timeout: Duration::from_millis(timeout_ms), buffsize: 16384, ..Config::default() }
+    Config { timeout: Duration::from_millis(timeout_ms), buffsize: Some(16384), ..Config::default() }
 }
 
 #[test]

@@ -18,7 +18,7 @@ use std::time::Duration;
 fn matrix(algo: Option<Algo>) {
     let seed = seed();
     for n in [1, 2, 3, 4] {
-        let config = Config { algo, buffsize: 16384, timeout: Duration::from_secs(120), ..Config::default() };
+        let config = Config { algo, buffsize: Some(16384), timeout: Duration::from_secs(120), ..Config::default() };
         let job = LocalJob::new(n).config(config);
         for (rank, r) in job.run(|g| everything_on(&g, &Gpu::emulated(0), seed)).into_iter().enumerate() {
             if let Err(e) = r {
@@ -46,7 +46,7 @@ fn recursive_doubling_on_device_buffers() {
 #[test]
 fn tuner_choice_on_device_buffers_with_a_gpu_per_rank() {
     let seed = seed();
-    let job = LocalJob::new(3).config(Config { buffsize: 16384, ..Config::default() });
+    let job = LocalJob::new(3).config(Config { buffsize: Some(16384), ..Config::default() });
     // ranks on GPUs 10, 11, 12 of this process: peers' slots are used in place
     for r in job.run(|g| everything_on(&g, &Gpu::emulated(10 + g.rank()), seed)) {
         r.unwrap_or_else(|e| panic!("{e} (seed {seed})"));

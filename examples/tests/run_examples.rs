@@ -135,6 +135,10 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
     let topo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies/this-machine-shm.toml");
     let model = Model::DEFAULT.with_cores(2);
     for ranks in [2, 4] {
+        // slots and pieces as ccl cuts them for these ranks on 2 cores
+        let hosts = Hosts::blocks(&[ranks]);
+        let ring = ccl::Config::default().on_machine(ranks, 2).slots_on(&hosts);
+        let slot = ring.slot_bytes / 4;
         let out = run(
             env!("CARGO_BIN_EXE_ccl-sim"),
             &[
@@ -161,10 +165,10 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
                 elem: 4,
                 root: 0,
                 channels: 1,
-                chunk: (512 << 10) / 4,
-                slot: 8 << 10,
+                chunk: slot * ring.nslots / 2,
+                slot,
             };
-            let ours = ccl::tune::predictions(&call, &Hosts::blocks(&[ranks]), &model);
+            let ours = ccl::tune::predictions(&call, &hosts, &model);
             let (algo, secs) = ours[0];
             assert_eq!(pick, algo.name(), "{ranks} ranks: {row}");
             assert!(

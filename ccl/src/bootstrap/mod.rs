@@ -81,6 +81,9 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .map(|p| p.addr.parse().map_err(|_| Error::transport(format!("rank {} sent address {:?}", p.rank, p.addr))))
         .collect::<Result<Vec<std::net::SocketAddr>>>()
         .map_err(at)?;
+    // hosts made with CCL_HOSTID may share one machine's cores
+    let sharing = table.iter().filter(|p| p.machine == me.machine).count();
+    let config = config.on_machine(sharing, crate::topo::host_cpus());
     let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?
@@ -101,8 +104,6 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         Arc::new(registry),
         comm_id,
     )?;
-    // hosts made with CCL_HOSTID may share one machine's cores
-    let sharing = table.iter().filter(|p| p.machine == me.machine).count();
     g.share_cores_with(sharing);
     if let Some((link, cores)) = probe::network(&g)? {
         if info {

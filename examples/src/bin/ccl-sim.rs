@@ -60,11 +60,13 @@ struct Args {
     /// Channels
     #[arg(long, default_value_t = 1)]
     channels: usize,
-    /// Bytes per pipeline piece
-    #[arg(long, default_value = "512K")]
-    chunk: String,
-    /// Bytes per slot (default: as ccl cuts them on these hosts, 32K within
-    /// a host, 512K where every link is TCP)
+    /// Bytes per pipeline piece (default: as ccl's tuner cuts them, half a
+    /// connection's slots)
+    #[arg(long)]
+    chunk: Option<String>,
+    /// Bytes per slot (default: as ccl cuts them on these hosts: 64K within
+    /// a host whose ranks each have a core, else 32K; 512K where every link
+    /// is TCP)
     #[arg(long)]
     slot: Option<String>,
     /// Override the file's host count
@@ -179,12 +181,18 @@ fn run(a: &Args) -> Result<(), String> {
     let hosts = Hosts::blocks(&vec![per; nh]);
     let n = nh * per;
     let elem = a.elem.max(1);
-    let chunk = (parse_bytes(&a.chunk)? / elem).max(1);
+    // slots as the ranks of one of these hosts would cut them (0 cores: enough)
+    let cpus = if t.rank.cores == 0 { per } else { t.rank.cores };
+    let ring = ccl::Config::default().on_machine(per, cpus).slots_on(&hosts);
     let slot_bytes = match &a.slot {
         Some(s) => parse_bytes(s)?,
-        None => ccl::Config::default().slots_on(&hosts).slot_bytes,
+        None => ring.slot_bytes,
     };
     let slot = (slot_bytes / elem).max(1);
+    let chunk = match &a.chunk {
+        Some(c) => (parse_bytes(c)? / elem).max(1),
+        None => slot * ring.nslots / 2,
+    };
     // a reader that goes away (`ccl-sim ... | head`) ends the program quietly
     let mut o = std::io::stdout().lock();
     let algos = coll.algos();
