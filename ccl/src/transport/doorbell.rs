@@ -94,7 +94,8 @@ fn futex_wake(_word: &AtomicU32) {}
 pub struct Backoff {
     step: u32,
     /// Re-polls before yielding (for a rank with a core of its own: until
-    /// [`SPIN_DEDICATED`] has passed, then the count reached).
+    /// [`SPIN_DEDICATED`] has passed since its first clock reading, then
+    /// the count reached).
     spins: u32,
     own_core: bool,
     /// When this wait's spinning began (a rank with a core of its own).
@@ -144,10 +145,13 @@ impl Backoff {
     /// asked for only then).
     pub fn snooze(&mut self, deadline: impl FnOnce() -> Instant, sleep: impl FnOnce(Duration)) {
         self.step = self.step.saturating_add(1);
-        if self.own_core && self.spins == u32::MAX && self.step % CLOCK_EVERY == 1 {
-            let since = *self.since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= SPIN_DEDICATED {
-                self.spins = self.step - 1;
+        // the clock is first read after CLOCK_EVERY polls: a wait that ends
+        // sooner (a small call's, most of them) never pays for it
+        if self.own_core && self.spins == u32::MAX && self.step.is_multiple_of(CLOCK_EVERY) {
+            match self.since {
+                None => self.since = Some(Instant::now()),
+                Some(since) if since.elapsed() >= SPIN_DEDICATED => self.spins = self.step - 1,
+                Some(_) => {}
             }
         }
         if self.step <= self.spins {
