@@ -67,6 +67,10 @@ pub struct Model {
     /// message from another core of its host, on top of `intra`: line by
     /// line, before the hardware prefetcher runs ahead (0: not modelled).
     pub first_slot: f64,
+    /// How much of a message comes at `first_slot`: its first slot, at most
+    /// this many bytes (0: the whole first slot). What the prefetcher needs
+    /// to catch up does not grow with the slot.
+    pub first_max: usize,
     /// Each of a host's network links (each direction).
     pub inter: Link,
     /// Network links per host.
@@ -104,6 +108,7 @@ impl Model {
     pub const DEFAULT: Model = Model {
         intra: Link { latency: 0.18e-6, bandwidth: 80e9 },
         first_slot: 30e9,
+        first_max: 32 << 10,
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
         nics: 1,
         copy: 18e9,

@@ -94,6 +94,10 @@ struct IntraSpec {
     /// `bandwidth_gb_s` (absent: not modelled).
     #[serde(default)]
     first_slot_gb_s: f64,
+    /// KiB of a message's first slot that come at `first_slot_gb_s`, at
+    /// most (absent: the whole slot).
+    #[serde(default)]
+    first_slot_kib: f64,
 }
 
 /// `[inter]`: each of a host's network links.
@@ -167,6 +171,7 @@ fn run(a: &Args) -> Result<(), String> {
     let model = Model {
         intra: link(t.intra.latency_us, t.intra.bandwidth_gb_s),
         first_slot: t.intra.first_slot_gb_s * 1e9,
+        first_max: (t.intra.first_slot_kib * 1024.0) as usize,
         inter: link(t.inter.latency_us, t.inter.bandwidth_gb_s),
         nics: t.inter.nics.max(1),
         copy: t.rank.copy_gb_s * 1e9,
