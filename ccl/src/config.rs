@@ -40,8 +40,9 @@ pub const BUFFSIZE: usize = 1 << 20;
 /// [`FifoMem::spread`](crate::transport::fifo)). Measured on the 2-core VM
 /// (2 ranks, all_reduce, medians of alternating near-placement runs
 /// against 1 MiB): 8-128 KiB 22-40 % faster (32 KiB 3.48 -> 2.54 us out
-/// of place), 512 KiB-4 MiB within 4 %, 8 MiB 1.5 % (out of place) and
-/// 6.7 % (in place) slower (16 runs each). Ranks that share cores keep
+/// of place), 512 KiB-2 MiB within 5 %; calls of 4 MiB and more fill only
+/// half of each slot ([`tune::slot_fill`](crate::tune::slot_fill)).
+/// Ranks that share cores keep
 /// [`BUFFSIZE`]: 4 ranks on the 2 cores ran 35-75 % slower at 64-256 KiB
 /// with 64 KiB slots (their hot lines are the core's own, and smaller
 /// slots pipeline a ring's steps finer).

@@ -138,7 +138,6 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
         // slots and pieces as ccl cuts them for these ranks on 2 cores
         let hosts = Hosts::blocks(&[ranks]);
         let ring = ccl::Config::default().on_machine(ranks, 2).slots_on(&hosts);
-        let slot = ring.slot_bytes / 4;
         let out = run(
             env!("CARGO_BIN_EXE_ccl-sim"),
             &[
@@ -158,6 +157,7 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
         for row in out.lines().filter(|l| !l.starts_with('#')) {
             let w: Vec<&str> = row.split_whitespace().collect();
             let count: usize = w[1].parse().expect("count");
+            let slot = ccl::tune::slot_fill(count * 4, ring) / 4;
             let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
             let call = Call {
                 coll: Coll::AllReduce,

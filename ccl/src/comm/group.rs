@@ -266,6 +266,9 @@ impl Group {
         let inner = &self.inner;
         let spread = plans.stores.spreads();
         let (choice, checked) = self.plan_of::<T>(plans, call)?;
+        // a call filling only part of each slot keeps to that part (tune::slot_fill)
+        let size = std::mem::size_of::<T>();
+        let spread = spread && choice.slot_elems * size > inner.config.slots_on(&inner.hosts).slot_bytes / 2;
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_hash = if call.coll.reduces() { Names::<T, O>::OP } else { 0 };
@@ -277,7 +280,6 @@ impl Group {
         };
         // a device call must not meet a host call: their types differ in the fingerprint
         let type_hash = if device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
-        let size = std::mem::size_of::<T>();
         let fp = Fingerprint::new(call.coll, size, type_hash, op_hash, call.count, call.root, seq);
         let around_cache_from = inner.config.nt_stores_min;
         let plan = Plan {

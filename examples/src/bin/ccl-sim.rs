@@ -64,9 +64,9 @@ struct Args {
     /// connection's slots)
     #[arg(long)]
     chunk: Option<String>,
-    /// Bytes per slot (default: as ccl cuts them on these hosts: 64K within
-    /// a host whose ranks each have a core, else 32K; 512K where every link
-    /// is TCP)
+    /// Bytes per slot (default: as ccl cuts and fills them on these hosts:
+    /// 64K within a host whose ranks each have a core, of which calls of
+    /// 4 MiB and more fill 32K, else 32K; 512K where every link is TCP)
     #[arg(long)]
     slot: Option<String>,
     /// Override the file's host count
@@ -189,15 +189,8 @@ fn run(a: &Args) -> Result<(), String> {
     // slots as the ranks of one of these hosts would cut them (0 cores: enough)
     let cpus = if t.rank.cores == 0 { per } else { t.rank.cores };
     let ring = ccl::Config::default().on_machine(per, cpus).slots_on(&hosts);
-    let slot_bytes = match &a.slot {
-        Some(s) => parse_bytes(s)?,
-        None => ring.slot_bytes,
-    };
-    let slot = (slot_bytes / elem).max(1);
-    let chunk = match &a.chunk {
-        Some(c) => (parse_bytes(c)? / elem).max(1),
-        None => slot * ring.nslots / 2,
-    };
+    let slot_set = a.slot.as_deref().map(parse_bytes).transpose()?;
+    let chunk_set = a.chunk.as_deref().map(parse_bytes).transpose()?;
     // a reader that goes away (`ccl-sim ... | head`) ends the program quietly
     let mut o = std::io::stdout().lock();
     let algos = coll.algos();
@@ -228,6 +221,9 @@ fn run(a: &Args) -> Result<(), String> {
         algos.iter().map(|al| ccl_examples::plot::Series { name: al.name().into(), points: Vec::new() }).collect();
     while size <= max {
         let count = size / elem;
+        // slots filled and pieces cut as ccl's tuner would for this size
+        let slot = (slot_set.unwrap_or_else(|| ccl::tune::slot_fill(size, ring)) / elem).max(1);
+        let chunk = chunk_set.map_or(slot * ring.nslots / 2, |c| (c / elem).max(1));
         let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot };
         let times = predictions(&call, &hosts, &model);
         out!(o, "  {size:>12} {count:>12}");
