@@ -56,6 +56,8 @@ pub(crate) struct Inner {
     pub id: u64,
     pub hosts: Hosts,
     pub config: Config,
+    /// How this group's connections are cut (`config.slots_on(hosts)`).
+    ring: crate::transport::Geometry,
     pub tuner: tune::Tuner,
     endpoints: Arc<[usize]>,
     registry: Arc<Registry>,
@@ -146,6 +148,7 @@ impl Group {
             id,
             hosts,
             config,
+            ring,
             tuner: tune::Tuner::new(crate::sim::Model::DEFAULT.with_cores(cores), rank == 0),
             endpoints,
             registry,
@@ -268,7 +271,7 @@ impl Group {
         let (choice, checked) = self.plan_of::<T>(plans, call)?;
         // a call filling only part of each slot keeps to that part (tune::slot_fill)
         let size = std::mem::size_of::<T>();
-        let spread = spread && choice.slot_elems * size > inner.config.slots_on(&inner.hosts).slot_bytes / 2;
+        let spread = spread && choice.slot_elems * size > inner.ring.slot_bytes / 2;
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_hash = if call.coll.reduces() { Names::<T, O>::OP } else { 0 };
