@@ -171,11 +171,20 @@ impl Group {
     /// them separate hosts: it then spins only as long as fits, and writes
     /// slots through the cache unless every rank has a core.
     pub(crate) fn share_cores_with(&self, ranks: usize) {
-        let own_core = ranks <= crate::topo::host_cpus();
+        self.set_own_core(ranks <= crate::topo::host_cpus());
+    }
+
+    /// Whether this rank has a core of its own: it spins long, spreads
+    /// small messages and learns how to write large calls' slots only then.
+    fn set_own_core(&self, own_core: bool) {
         if let Ok(mut s) = self.inner.state.lock() {
             s.engine.set_own_core(own_core);
             s.plans.stores.set_own_cores(own_core);
         }
+    }
+
+    fn own_core(&self) -> bool {
+        self.inner.state.lock().map_or(true, |s| s.plans.stores.own_cores())
     }
 
     /// This rank, `0..size()`.
@@ -267,7 +276,7 @@ impl Group {
         slots_around: bool,
     ) -> Result<Prepared<'p>> {
         let inner = &self.inner;
-        let spread = plans.stores.spreads();
+        let spread = plans.stores.own_cores();
         let (choice, checked) = self.plan_of::<T>(plans, call)?;
         // a call filling only part of each slot keeps to that part (tune::slot_fill)
         let size = std::mem::size_of::<T>();
@@ -518,6 +527,10 @@ impl Group {
         let hosts = self.inner.hosts.subset(&ranks);
         let g = Group::new(rank, endpoints, hosts, self.inner.config.clone(), Arc::clone(&self.inner.registry), id)?;
         g.inner.tuner.set_model(self.inner.tuner.model());
+        // the machine's other ranks still share its cores with this one
+        if !self.own_core() {
+            g.set_own_core(false);
+        }
         Ok(Some(g))
     }
 
@@ -572,5 +585,17 @@ mod tests {
         for seen in algos {
             assert_eq!(seen, want.map(Some).to_vec());
         }
+    }
+
+    #[test]
+    fn a_split_group_shares_cores_when_its_parent_does() {
+        let owns = crate::testing::run_local(2, |g| {
+            // one rank per sub-group: on its own it would count as having a core
+            let alone = g.split(Some(g.rank() as u32), 0).expect("split").expect("member");
+            g.share_cores_with(usize::MAX);
+            let shared = g.split(Some(g.rank() as u32), 0).expect("split").expect("member");
+            (alone.own_core(), g.own_core(), shared.own_core())
+        });
+        assert!(owns.iter().all(|&o| o == (true, false, false)), "{owns:?}");
     }
 }

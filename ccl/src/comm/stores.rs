@@ -120,10 +120,9 @@ impl SlotChooser {
         }
     }
 
-    /// Whether small messages move around inside their slots
-    /// ([`Plan::spread`](crate::exec::Plan::spread)): where every rank has
-    /// a core of its own.
-    pub fn spreads(&self) -> bool {
+    /// Whether every rank has a core of its own (which also decides
+    /// whether small messages spread, [`Plan::spread`](crate::exec::Plan::spread)).
+    pub fn own_cores(&self) -> bool {
         self.own_cores
     }
 
