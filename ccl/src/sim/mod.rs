@@ -81,6 +81,9 @@ pub struct Model {
     pub reduce: f64,
     /// Seconds of fixed work per step (polling, bookkeeping).
     pub step: f64,
+    /// Seconds of fixed work per call, before a rank's first step (finding
+    /// the call's plan and schedule, fingerprinting it).
+    pub call: f64,
     /// Cores per host (0: as many as ranks).
     pub cores: usize,
     /// Seconds a message waits, on a host with more ranks than cores, for
@@ -106,19 +109,20 @@ impl Model {
     /// `ccl/topologies/this-machine-shm.toml`; what the tuner assumes until
     /// measured.
     pub const DEFAULT: Model = Model {
-        intra: Link { latency: 0.18e-6, bandwidth: 80e9 },
-        first_slot: 30e9,
+        intra: Link { latency: 0.14e-6, bandwidth: 80e9 },
+        first_slot: 60e9,
         first_max: 32 << 10,
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
         nics: 1,
         copy: 18e9,
         reduce: 13e9,
         step: 0.05e-6,
+        call: 0.04e-6,
         cores: 0,
-        switch: 10e-6,
+        switch: 7e-6,
         cache: 24.0 * (1 << 20) as f64,
-        cached: 2.2,
-        shared_cached: 1.5,
+        cached: 3.0,
+        shared_cached: 2.2,
     };
 
     /// This model with `cores` cores per host.

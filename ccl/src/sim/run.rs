@@ -216,6 +216,8 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
     }
     let links = groups.len() * nics;
     let (mut slow, mut wake, mut hot) = (vec![1.0; n], vec![0.0; n], vec![1.0; n]);
+    // the call's own fixed work, before a rank's first step
+    let mut start = vec![model.call; n];
     let mut fetch = vec![model.intra.bandwidth; n];
     for g in &groups {
         let share = if model.cores > 0 { g.len() as f64 / model.cores as f64 } else { 1.0 };
@@ -229,6 +231,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         let speed = if fits { gain.max(f64::MIN_POSITIVE) } else { 1.0 };
         for &r in g {
             slow[r] = share.max(1.0) / speed;
+            start[r] = model.call * share.max(1.0);
             // a fused step's second pass always finds its data in the cache
             hot[r] = if model.cache > 0.0 { speed / model.cached.max(speed) } else { 1.0 };
             wake[r] = if share > 1.0 { model.switch * (1.0 - 1.0 / share) } else { 0.0 };
@@ -247,7 +250,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         slot: slot.max(1),
         pc: sched.iter().map(|chans| vec![(0, 0.0); chans.len()]).collect(),
         sched,
-        cpu: vec![0.0; n],
+        cpu: start,
         slow,
         hot,
         wake,
@@ -416,6 +419,24 @@ mod tests {
         // 4 ranks on 2 cores: every hand-off waits half a switch, and rd has two rounds
         let extra = t(4, 2, switching) - t(4, 2, none);
         assert!((extra - 2.0 * 10e-6).abs() < 1e-9, "extra {extra}");
+    }
+
+    #[test]
+    fn a_call_s_own_work_comes_once_and_slows_with_shared_cores() {
+        // the same for every algorithm and size: once per call, not per step
+        let (with, none) = (Model { call: 1e-6, ..Model::DEFAULT }, Model { call: 0.0, ..Model::DEFAULT });
+        let t = |n: usize, cores: usize, algo: Algo, count: usize, m: Model| {
+            time(Coll::AllReduce, algo, count, &Hosts::blocks(&[n]), &m.with_cores(cores))
+        };
+        for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Tree] {
+            for count in [2, 1 << 16] {
+                let extra = t(2, 2, algo, count, with) - t(2, 2, algo, count, none);
+                assert!((extra - 1e-6).abs() < 1e-9, "{algo} {count}: {extra} s more");
+                // 4 ranks on 2 cores: each rank gets half a core for it
+                let extra = t(4, 2, algo, count, with) - t(4, 2, algo, count, none);
+                assert!((extra - 2e-6).abs() < 1e-9, "{algo} {count} on shared cores: {extra} s more");
+            }
+        }
     }
 
     #[test]

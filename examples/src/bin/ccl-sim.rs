@@ -120,6 +120,9 @@ struct RankSpec {
     copy_gb_s: f64,
     reduce_gb_s: f64,
     step_us: f64,
+    /// Microseconds of fixed work per call (absent: none).
+    #[serde(default)]
+    call_us: f64,
     /// Cores per host; ranks beyond them share (0 or absent: enough).
     #[serde(default)]
     cores: usize,
@@ -177,6 +180,7 @@ fn run(a: &Args) -> Result<(), String> {
         copy: t.rank.copy_gb_s * 1e9,
         reduce: t.rank.reduce_gb_s * 1e9,
         step: t.rank.step_us * 1e-6,
+        call: t.rank.call_us * 1e-6,
         cores: t.rank.cores,
         switch: t.rank.switch_us * 1e-6,
         cache: t.rank.cache_mib * (1 << 20) as f64,
