@@ -86,9 +86,10 @@ pub struct Model {
     pub call: f64,
     /// Cores per host (0: as many as ranks).
     pub cores: usize,
-    /// Seconds a message waits, on a host with more ranks than cores, for
-    /// its receiver to get a core (scaled by the share of the host's ranks
-    /// without one: a hand-off there often costs a context switch).
+    /// Seconds of core time a rank spends, on a host with more ranks than
+    /// cores, getting a core back to take a message (scaled by the share of
+    /// the host's ranks without one: a hand-off there often costs a context
+    /// switch); the rank's other channels wait behind it.
     pub switch: f64,
     /// Bytes of cache per host (0: none modelled).
     pub cache: f64,
@@ -116,10 +117,10 @@ impl Model {
         nics: 1,
         copy: 18e9,
         reduce: 13e9,
-        step: 0.05e-6,
+        step: 0.03e-6,
         call: 0.04e-6,
         cores: 0,
-        switch: 7e-6,
+        switch: 8e-6,
         cache: 24.0 * (1 << 20) as f64,
         cached: 3.0,
         shared_cached: 2.2,

@@ -126,8 +126,9 @@ struct RankSpec {
     /// Cores per host; ranks beyond them share (0 or absent: enough).
     #[serde(default)]
     cores: usize,
-    /// Microseconds a message waits for its receiver to get a core on a
-    /// host with more ranks than cores (scaled by the share without one).
+    /// Microseconds of core time a rank spends getting a core back to take
+    /// a message on a host with more ranks than cores (scaled by the share
+    /// without one); its other channels wait behind it.
     #[serde(default)]
     switch_us: f64,
     /// Cache per host in MiB (absent: not modelled).
