@@ -221,6 +221,7 @@ fn cpu_list(s: &str) -> Vec<usize> {
 
 #[test]
 fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
+    // with more ranks than CPUs, in contiguous blocks: neighbouring ranks share a CPU
     let allowed = cpu_list(&cpus_allowed_here());
     let show = ["--tag-output", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"];
     let per_rank_of = |np: usize, bind: Option<&str>| -> Vec<Vec<usize>> {
@@ -239,10 +240,17 @@ fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
         }
         got
     };
-    let np = allowed.len() + 1; // one more than CPUs: the last rank wraps to the first CPU
-    for (r, cpus) in per_rank_of(np, Some("core")).iter().enumerate() {
-        assert_eq!(cpus, &vec![allowed[r % allowed.len()]], "rank {r} of {np}");
+    for np in [allowed.len(), allowed.len() + 1, 2 * allowed.len()] {
+        let got = per_rank_of(np, Some("core"));
+        for (r, cpus) in got.iter().enumerate() {
+            assert_eq!(cpus, &vec![allowed[r * allowed.len() / np]], "rank {r} of {np}");
+        }
+        // every CPU used, in order
+        let firsts: Vec<usize> = got.iter().map(|c| c[0]).collect();
+        assert!(firsts.windows(2).all(|w| w[0] <= w[1]), "{np} ranks: {firsts:?}");
+        assert_eq!(firsts.iter().collect::<std::collections::BTreeSet<_>>().len(), allowed.len().min(np));
     }
+    let np = allowed.len() + 1;
     for (r, cpus) in per_rank_of(np, Some("none")).iter().enumerate() {
         assert_eq!(cpus, &allowed, "rank {r} unpinned");
     }

@@ -48,9 +48,10 @@ struct Cli {
     #[arg(long)]
     oversubscribe: bool,
     /// Pin each rank to one CPU of those cclrun may use on its host, in
-    /// local-rank order (wrapping when there are more ranks), as mpirun's
-    /// `--bind-to core`; `none` leaves placement to the kernel (jobs side by
-    /// side on one machine would otherwise share the same first CPUs)
+    /// local-rank order (with more ranks than CPUs, neighbouring ranks share
+    /// one: contiguous blocks), as mpirun's `--bind-to core`; `none` leaves
+    /// placement to the kernel (jobs side by side on one machine would
+    /// otherwise share the same first CPUs)
     #[arg(long = "bind-to", value_enum, default_value = "none")]
     bind_to: cclrun::proto::Bind,
     /// End the whole job after SECS seconds (exit code 124)

@@ -91,6 +91,21 @@ fn cpu_set(cpu: usize) -> libc::cpu_set_t {
     set
 }
 
+/// Which of `cpus` CPUs local rank `rank` of `ranks` is pinned to: the
+/// rank-th while there are enough, else contiguous blocks, so that ranks
+/// next to each other (ring and recursive-doubling neighbours) share a
+/// CPU and only the blocks' ends talk across CPUs. 4 ranks on 2 CPUs, 16
+/// MiB all_reduce: 6.3 ms in blocks against 8.0 ms pinned in turn (0 and
+/// 2, 1 and 3 sharing) and 7.1 ms unpinned; with the two vCPUs placed far
+/// apart, 15.6 against 26.6 and 15.7 ms.
+fn cpu_of(rank: usize, ranks: usize, cpus: usize) -> usize {
+    if ranks <= cpus {
+        rank
+    } else {
+        rank * cpus / ranks
+    }
+}
+
 /// Status of an exited child.
 fn status_of(st: std::process::ExitStatus) -> Status {
     Status { code: st.code(), signal: st.signal() }
@@ -131,7 +146,7 @@ pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>, stop: &dyn Fn() 
         if let Some(dir) = &job.cwd {
             cmd.current_dir(dir);
         }
-        let pin = (!cpus.is_empty()).then(|| cpu_set(cpus[r.local_rank % cpus.len()]));
+        let pin = (!cpus.is_empty()).then(|| cpu_set(cpus[cpu_of(r.local_rank, r.local_size, cpus.len())]));
         // SAFETY: between fork and exec we only make async-signal-safe calls
         // (setpgid, prctl, getppid, sched_setaffinity, _exit) on memory
         // prepared before the fork.
