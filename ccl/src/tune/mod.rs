@@ -64,6 +64,20 @@ pub fn slot_fill(bytes: usize, ring: Geometry) -> usize {
     }
 }
 
+/// How the tuner cuts a call of `count` elements of `elem` bytes on
+/// connections cut as `ring` (before `CCL_CHUNKSIZE`): elements per slot,
+/// filled as [`slot_fill`] says, and per pipeline piece ([`pieces`]).
+pub fn cut(count: usize, elem: usize, ring: Geometry) -> (usize, usize) {
+    pieces(slot_fill(count.saturating_mul(elem.max(1)), ring), elem, ring)
+}
+
+/// Elements per slot, and per pipeline piece (half a connection's slots),
+/// of elements of `elem` bytes in `slot_bytes` of each of `ring`'s slots.
+pub fn pieces(slot_bytes: usize, elem: usize, ring: Geometry) -> (usize, usize) {
+    let slot_elems = (slot_bytes / elem.max(1)).max(1);
+    (slot_elems, slot_elems * ring.nslots / 2)
+}
+
 /// Pieces per rank at most when simulating; larger calls are timed with
 /// proportionally larger pieces.
 const SIM_PIECES: usize = 256;
@@ -137,9 +151,7 @@ impl Tuner {
     /// The choice for `coll` moving `count` elements of `elem_size` bytes.
     pub fn choose(&self, coll: Coll, count: usize, elem_size: usize, hosts: &Hosts, cfg: &Config) -> Choice {
         let elem = elem_size.max(1);
-        let ring = cfg.slots_on(hosts);
-        let slot_elems = (slot_fill(count.saturating_mul(elem), ring) / elem).max(1);
-        let max_chunk = slot_elems * ring.nslots / 2;
+        let (slot_elems, max_chunk) = cut(count, elem, cfg.slots_on(hosts));
         let chunk = match cfg.chunksize {
             0 => max_chunk,
             b => (b / elem).clamp(1, max_chunk),

@@ -226,9 +226,13 @@ fn run(a: &Args) -> Result<(), String> {
         algos.iter().map(|al| ccl_examples::plot::Series { name: al.name().into(), points: Vec::new() }).collect();
     while size <= max {
         let count = size / elem;
-        // slots filled and pieces cut as ccl's tuner would for this size
-        let slot = (slot_set.unwrap_or_else(|| ccl::tune::slot_fill(size, ring)) / elem).max(1);
-        let chunk = chunk_set.map_or(slot * ring.nslots / 2, |c| (c / elem).max(1));
+        // slots filled and pieces cut as ccl's tuner would for this size,
+        // or as asked (pieces of half a connection's slots of that size)
+        let (slot, chunk) = match slot_set {
+            None => ccl::tune::cut(count, elem, ring),
+            Some(s) => ccl::tune::pieces(s, elem, ring),
+        };
+        let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
         let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot };
         let times = predictions(&call, &hosts, &model);
         out!(o, "  {size:>12} {count:>12}");
