@@ -221,7 +221,6 @@ fn cpu_list(s: &str) -> Vec<usize> {
 
 #[test]
 fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
-    // with more ranks than CPUs, in contiguous blocks: neighbouring ranks share a CPU
     let allowed = cpu_list(&cpus_allowed_here());
     let show = ["--tag-output", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"];
     let per_rank_of = |np: usize, bind: Option<&str>| -> Vec<Vec<usize>> {
@@ -240,15 +239,13 @@ fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
         }
         got
     };
+    // one CPU each while there are enough; beyond, contiguous blocks, so
+    // that neighbouring ranks share a CPU (2 CPUs: ranks 0-1 on the
+    // first and 2 on the second of 3, 0-1 and 2-3 of 4)
     for np in [allowed.len(), allowed.len() + 1, 2 * allowed.len()] {
-        let got = per_rank_of(np, Some("core"));
-        for (r, cpus) in got.iter().enumerate() {
+        for (r, cpus) in per_rank_of(np, Some("core")).iter().enumerate() {
             assert_eq!(cpus, &vec![allowed[r * allowed.len() / np]], "rank {r} of {np}");
         }
-        // every CPU used, in order
-        let firsts: Vec<usize> = got.iter().map(|c| c[0]).collect();
-        assert!(firsts.windows(2).all(|w| w[0] <= w[1]), "{np} ranks: {firsts:?}");
-        assert_eq!(firsts.iter().collect::<std::collections::BTreeSet<_>>().len(), allowed.len().min(np));
     }
     let np = allowed.len() + 1;
     for (r, cpus) in per_rank_of(np, Some("none")).iter().enumerate() {

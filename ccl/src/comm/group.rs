@@ -276,11 +276,13 @@ impl Group {
         slots_around: bool,
     ) -> Result<Prepared<'p>> {
         let inner = &self.inner;
-        let spread = plans.stores.own_cores();
+        // read before the plan borrows `plans`
+        let own_cores = plans.stores.own_cores();
         let (choice, checked) = self.plan_of::<T>(plans, call)?;
-        // a call filling only part of each slot keeps to that part (tune::slot_fill)
+        // where every rank has a core; a call filling only part of each
+        // slot keeps to that part (tune::slot_fill)
         let size = std::mem::size_of::<T>();
-        let spread = spread && choice.slot_elems * size > inner.ring.slot_bytes / 2;
+        let spread = own_cores && choice.slot_elems * size > inner.ring.slot_bytes / 2;
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
         let op_hash = if call.coll.reduces() { Names::<T, O>::OP } else { 0 };

@@ -220,8 +220,8 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
     }
     let links = groups.len() * nics;
     let (mut slow, mut wake, mut hot) = (vec![1.0; n], vec![0.0; n], vec![1.0; n]);
-    // the call's own fixed work, before a rank's first step
-    let mut start = vec![model.call; n];
+    // each rank's thread is busy with the call's own work before its first step
+    let mut cpu = vec![model.call; n];
     let mut fetch = vec![model.intra.bandwidth; n];
     for g in &groups {
         let share = if model.cores > 0 { g.len() as f64 / model.cores as f64 } else { 1.0 };
@@ -235,7 +235,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         let speed = if fits { gain.max(f64::MIN_POSITIVE) } else { 1.0 };
         for &r in g {
             slow[r] = share.max(1.0) / speed;
-            start[r] = model.call * share.max(1.0);
+            cpu[r] = model.call * share.max(1.0);
             // a fused step's second pass always finds its data in the cache
             hot[r] = if model.cache > 0.0 { speed / model.cached.max(speed) } else { 1.0 };
             wake[r] = if share > 1.0 { model.switch * (1.0 - 1.0 / share) } else { 0.0 };
@@ -254,7 +254,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         slot: slot.max(1),
         pc: sched.iter().map(|chans| vec![(0, 0.0); chans.len()]).collect(),
         sched,
-        cpu: start,
+        cpu,
         slow,
         hot,
         wake,
