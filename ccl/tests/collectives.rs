@@ -101,7 +101,7 @@ fn every_algorithm_writing_slots_around_the_cache() {
 fn automatic_slot_stores_keep_results_exact_while_probing() {
     // CCL_SLOT_STORES=auto on 2 ranks (each with a core where the machine
     // has 2): 1 MiB calls are timed, and some of them (a class's 4th and
-    // 8th, then others) are written around the cache while the rest go
+    // 5th, then others) are written around the cache while the rest go
     // through it; every result must be exact either way
     use ccl::Sum;
     use common::{compare, input, reference};
