@@ -14,21 +14,21 @@
 //! benchmark warms up); one in 64 while through the cache is as fast as it
 //! has been; one in 4 while it runs slower than that by an alarm margin (a
 //! slow phase may have begun); while streaming, one in 16 to 64: about
-//! one in 8 times the ratio of the two costs, so that probes cost some
-//! 5-15 % of the time whatever the ratio (a fixed one in 16 cost half of it
-//! where the cache ran 10× slower), and come more often where the choice
-//! may have rested on noise. The choice follows the cheaper cost, with
+//! one in 8 times the ratio of the two costs, so that probes cost at most
+//! some 15 % of the time up to a ratio of 10 (a fixed one in 16 cost half
+//! of it where the cache ran 10× slower), and come more often where the
+//! choice may have rested on noise. The choice follows the cheaper cost, with
 //! hysteresis. A class's first [`WARM`] calls are not counted: they
 //! connect and touch fresh memory.
 //!
 //! Ranks that share cores adapt too, from [`ADAPT_MIN_SHARED`] and with
-//! wider margins ([`MARGINS`]):
-//! their calls' times swing with the scheduler (4 ranks on 2 cores here:
-//! 0.19–0.8 ns a byte for one rank's 1 MiB calls through the cache in one
-//! run), but the phases are there as well. With the vCPUs far apart, 4
-//! ranks took 0.9–1.5 ms a 1 MiB all_reduce through the cache and 14–15 ms
-//! at 16 MiB, against 0.3–0.55 and 6–8 ms streaming; near, 0.18–0.23 and
-//! 3.3–3.8 ms through the cache, about twice that streaming.
+//! wider margins ([`MARGINS`]): their calls' times swing with the
+//! scheduler (4 ranks on 2 cores here: 0.19–0.8 ns a byte for one rank's
+//! 1 MiB calls through the cache in one run), but the phases are there as
+//! well. With the vCPUs far apart, 4 ranks took 0.9–1.5 ms a 1 MiB
+//! all_reduce through the cache and 14–15 ms at 16 MiB, against 0.3–0.55
+//! and 6–8 ms streaming; near, 0.18–0.23 and 3.3–3.8 ms through the
+//! cache, about twice that streaming.
 
 use crate::config::SlotStores;
 
