@@ -43,6 +43,7 @@ pub mod config;
 mod error;
 pub mod exec;
 pub mod gpu;
+pub mod llc;
 mod op;
 mod reduce;
 pub mod sim;

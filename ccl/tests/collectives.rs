@@ -85,7 +85,7 @@ fn tuner_choice_with_three_channels() {
 fn every_algorithm_writing_outputs_around_the_cache() {
     // the path of large outputs (non-temporal stores), here taken by every output
     for algo in [Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::TreeRing] {
-        run_matrix(&[1, 2, 3, 4], Config { nt_stores_min: 1, ..config(Some(algo), 1) });
+        run_matrix(&[1, 2, 3, 4], Config { nt_stores_min: Some(1), ..config(Some(algo), 1) });
     }
 }
 

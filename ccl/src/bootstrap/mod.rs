@@ -83,7 +83,8 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .map_err(at)?;
     // hosts made with CCL_HOSTID may share one machine's cores
     let sharing = table.iter().filter(|p| p.machine == me.machine).count();
-    let config = config.on_machine(sharing, crate::topo::host_cpus());
+    let cpus = crate::topo::host_cpus();
+    let config = config.on_machine(sharing, cpus).on_cache(sharing, cpus, crate::llc::last_level());
     let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?

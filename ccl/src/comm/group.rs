@@ -295,7 +295,7 @@ impl Group {
         // a device call must not meet a host call: their types differ in the fingerprint
         let type_hash = if device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
         let fp = Fingerprint::new(call.coll, size, type_hash, op_hash, call.count, call.root, seq);
-        let around_cache_from = inner.config.nt_stores_min;
+        let around_cache_from = inner.config.nt_stores_min();
         let plan = Plan {
             checked,
             slot_elems: choice.slot_elems,

@@ -412,7 +412,7 @@ pub(crate) fn run<T: Reduce, O: ReduceOp<T>>(
     let in_place = d.input.is_none();
     // large outputs: written around the cache, from scratch that stays in
     // L1 (in place, the output lines were just read: through the cache)
-    let nt = group.config().nt_stores_min;
+    let nt = group.config().nt_stores_min();
     let around = !in_place && nt > 0 && lo.saturating_mul(elem) >= nt && std::mem::align_of::<T>() <= 64;
     let count = d.count;
     // the reductions' blocks, when their outputs are streamed
@@ -522,7 +522,7 @@ mod tests {
     #[test]
     fn large_calls_on_one_host_go_directly_and_small_ones_through_slots() {
         // (and, out of place, written around the cache as large outputs are)
-        let streamed = crate::Config { nt_stores_min: 1, ..crate::Config::default() };
+        let streamed = crate::Config { nt_stores_min: Some(1), ..crate::Config::default() };
         for n in 2..=5 {
             let big = (DIRECT_MIN_BYTES / 4) * 3 + n; // not a multiple of n
             assert_eq!(on(n, LocalJob::new(n), big), vec![(true, 7); n], "{n} ranks");
