@@ -71,7 +71,8 @@ fn placement_and_topology_are_reported() {
             );
         }
     }
-    // CCL_DEBUG=INFO: the rank → host map and the algorithm chosen across hosts
+    // CCL_DEBUG=INFO: the rank → host map, where outputs bypass the cache, and the
+    // algorithm chosen across hosts
     let perf = cclrun().with_file_name("ccl-perf");
     let perf = perf.to_string_lossy();
     let o = run(&c, &["-np", "8", "-x", "CCL_DEBUG=INFO", &perf, "-b", "1M", "-e", "1M", "-n", "2", "-w", "1"]);
@@ -81,6 +82,7 @@ fn placement_and_topology_are_reported() {
         assert!(err.contains(&format!("ccl INFO rank {r} on host{}", r / 2 + 1)), "{err}");
     }
     assert!(err.contains("ccl INFO network between hosts: "), "{err}");
+    assert!(err.contains("ccl INFO outputs of ") && err.contains("written around the cache (auto: "), "{err}");
     assert!(err.contains("all_reduce 1 MiB class (first call 1048576 B) on 8 ranks / 4 hosts: "), "{err}");
     let (chosen, us, gbs) = choices(&err);
     assert!(chosen.iter().any(|(class, _)| class == "1 MiB") && us > 0.0 && gbs > 0.0, "{err}");

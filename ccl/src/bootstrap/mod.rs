@@ -84,7 +84,8 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     // hosts made with CCL_HOSTID may share one machine's cores
     let sharing = table.iter().filter(|p| p.machine == me.machine).count();
     let cpus = crate::topo::host_cpus();
-    let config = config.on_machine(sharing, cpus).on_cache(sharing, cpus, crate::llc::last_level());
+    let (nt_set, llc) = (config.nt_stores_min.is_some(), crate::llc::last_level());
+    let config = config.on_machine(sharing, cpus).on_cache(sharing, cpus, llc);
     let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?
@@ -95,6 +96,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         for p in &table {
             eprintln!("ccl INFO rank {} on {} (pid {})", p.rank, p.host, p.pid);
         }
+        eprintln!("ccl INFO {}", streamed_outputs(&config, nt_set, llc, sharing));
     }
     let info = config.debug >= crate::config::LogLevel::Info && env.rank == 0;
     let g = Group::new(
@@ -113,6 +115,25 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         g.inner.tuner.set_model(crate::sim::Model::DEFAULT.with_inter(link).with_cores(cores));
     }
     Ok(g)
+}
+
+/// What `CCL_DEBUG=INFO` says of where outputs start to bypass the cache:
+/// the threshold `config` holds, set by hand (`set`) or from the
+/// last-level cache `llc` and the `ranks` of this machine.
+fn streamed_outputs(config: &Config, set: bool, llc: Option<crate::llc::SharedCache>, ranks: usize) -> String {
+    let why = match (set, llc) {
+        (true, _) => "CCL_NT_STORES_MIN".to_string(),
+        (false, Some(c)) => format!(
+            "auto: last-level cache {} shared by {} CPU(s), {ranks} rank(s) on this machine",
+            crate::tune::human(c.bytes),
+            c.cpus
+        ),
+        (false, None) => "auto: last-level cache unknown".to_string(),
+    };
+    match config.nt_stores_min() {
+        0 => format!("outputs are written through the cache ({why})"),
+        nt => format!("outputs of {} and more are written around the cache ({why})", crate::tune::human(nt)),
+    }
 }
 
 /// The address the TCP transport listens on: `CCL_SOCKET_IFNAME`'s IPv4
@@ -135,6 +156,28 @@ fn tcp_ip(config: &Config, id: &UniqueId) -> Result<std::net::IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn info_says_where_outputs_bypass_the_cache_and_why() {
+        use crate::llc::SharedCache;
+        let here = Some(SharedCache { bytes: 32 << 20, cpus: 2 });
+        let auto = Config::default().on_cache(4, 2, here);
+        assert_eq!(
+            streamed_outputs(&auto, false, here, 4),
+            "outputs of 4 MiB and more are written around the cache \
+             (auto: last-level cache 32 MiB shared by 2 CPU(s), 4 rank(s) on this machine)"
+        );
+        let unknown = Config::default().on_cache(2, 2, None);
+        assert_eq!(
+            streamed_outputs(&unknown, false, None, 2),
+            "outputs of 16 MiB and more are written around the cache (auto: last-level cache unknown)"
+        );
+        let never = Config { nt_stores_min: Some(0), ..Config::default() };
+        assert_eq!(
+            streamed_outputs(&never, true, here, 2),
+            "outputs are written through the cache (CCL_NT_STORES_MIN)"
+        );
+    }
 
     #[test]
     fn a_lone_process_is_a_world_of_one() {

@@ -100,7 +100,8 @@ pub fn size_class(bytes: usize) -> u32 {
     bytes.max(1).next_power_of_two().trailing_zeros()
 }
 
-fn human(bytes: usize) -> String {
+/// `bytes` in the largest binary unit that divides it down to at least 1.
+pub(crate) fn human(bytes: usize) -> String {
     match bytes {
         b if b >= 1 << 30 => format!("{} GiB", b >> 30),
         b if b >= 1 << 20 => format!("{} MiB", b >> 20),
