@@ -172,6 +172,9 @@ mod tests {
             streamed_outputs(&unknown, false, None, 2),
             "outputs of 16 MiB and more are written around the cache (auto: last-level cache unknown)"
         );
+        // a threshold that is no whole number of MiB is not rounded
+        let odd = Config::default().on_cache(4, 2, Some(SharedCache { bytes: 36 << 20, cpus: 2 }));
+        assert!(streamed_outputs(&odd, false, None, 4).starts_with("outputs of 4608 KiB and more"));
         let never = Config { nt_stores_min: Some(0), ..Config::default() };
         assert_eq!(
             streamed_outputs(&never, true, here, 2),

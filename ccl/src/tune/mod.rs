@@ -100,12 +100,13 @@ pub fn size_class(bytes: usize) -> u32 {
     bytes.max(1).next_power_of_two().trailing_zeros()
 }
 
-/// `bytes` in the largest binary unit that divides it down to at least 1.
+/// `bytes` in the largest binary unit that divides it exactly.
 pub(crate) fn human(bytes: usize) -> String {
+    let unit = |shift: u32| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift);
     match bytes {
-        b if b >= 1 << 30 => format!("{} GiB", b >> 30),
-        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b if unit(30) => format!("{} GiB", b >> 30),
+        b if unit(20) => format!("{} MiB", b >> 20),
+        b if unit(10) => format!("{} KiB", b >> 10),
         b => format!("{b} B"),
     }
 }
