@@ -21,8 +21,8 @@
 //! hysteresis. A class's first [`WARM`] calls are not counted: they
 //! connect and touch fresh memory.
 //!
-//! Ranks that share cores adapt too, from [`ADAPT_MIN_SHARED`] and with
-//! wider margins ([`MARGINS`]): their calls' times swing with the
+//! Ranks that share cores adapt too, from a larger size and with wider
+//! margins ([`SHARING`]): their calls' times swing with the
 //! scheduler (4 ranks on 2 cores here: 0.19–0.8 ns a byte for one rank's
 //! 1 MiB calls through the cache in one run), but the phases are there as
 //! well. With the vCPUs far apart, 4 ranks took 0.9–1.5 ms a 1 MiB
@@ -35,28 +35,29 @@ use crate::config::SlotStores;
 /// Calls smaller than this keep writing through the cache: their slots are
 /// few and their time is mostly hand-offs.
 pub const ADAPT_MIN: usize = 256 << 10;
-/// The same for ranks sharing cores, whose calls of 256 and 512 KiB ran
-/// 1.2x slower adapting than through the cache in the near placement (4
-/// ranks: 110 against 93 µs at 256 KiB, medians of 12 runs), the scheduler
-/// swinging their times as much as the placement does.
-pub const ADAPT_MIN_SHARED: usize = 1 << 20;
 /// Calls of a class not counted: the first connect and fault in memory.
 pub const WARM: u32 = 2;
 /// Calls each way whose least time is that way's cost.
 pub const WINDOW: usize = 4;
-/// How much cheaper the other way must be before the choice changes, and
-/// how much slower than its best through the cache must run before probes
-/// come more often, for ranks with cores of their own and for ranks
-/// sharing cores, whose calls' times swing with the scheduler.
-const MARGINS: [Margins; 2] = [Margins { switch: 1.2, alarm: 1.5 }, Margins { switch: 1.5, alarm: 3.0 }];
 
+/// How a rank adapts.
 #[derive(Clone, Copy, Debug)]
-struct Margins {
+struct Adapt {
+    /// Calls of at least this many bytes are timed (at least [`ADAPT_MIN`]).
+    from: usize,
     /// The other way's cost times this must be under the chosen one's.
     switch: f32,
     /// Through the cache costing this times its best so far: probe 1 in 4.
     alarm: f32,
 }
+
+/// Ranks with a core of their own.
+const OWN_CORE: Adapt = Adapt { from: ADAPT_MIN, switch: 1.2, alarm: 1.5 };
+/// Ranks sharing cores, whose calls' times swing with the scheduler: wider
+/// margins, and from 1 MiB (their calls of 256 and 512 KiB ran 1.2x slower
+/// adapting than through the cache in the near placement; 4 ranks: 110
+/// against 93 µs at 256 KiB, medians of 12 runs).
+const SHARING: Adapt = Adapt { from: 1 << 20, switch: 1.5, alarm: 3.0 };
 
 /// Size classes: powers of two from `ADAPT_MIN` up.
 const CLASSES: usize = 48;
@@ -81,7 +82,7 @@ impl Class {
     }
 
     /// One call in how many is a probe.
-    fn probe_every(&self, m: Margins) -> u64 {
+    fn probe_every(&self, m: Adapt) -> u64 {
         if self.around {
             // 8 only until through the cache has a cost
             let ratio = self.cost(false) / self.cost(true).max(f32::MIN_POSITIVE);
@@ -125,8 +126,7 @@ impl SlotChooser {
 
     /// The size class `auto` learns for calls of `bytes` bytes, if any.
     fn learning(&self, bytes: usize) -> Option<usize> {
-        let min = if self.own_cores { ADAPT_MIN } else { ADAPT_MIN_SHARED };
-        class(bytes).filter(|_| self.stores == SlotStores::Auto && bytes >= min)
+        class(bytes).filter(|_| self.stores == SlotStores::Auto && bytes >= self.adapt().from)
     }
 
     /// Whether call number `seq` moving `bytes` bytes writes its slots
@@ -139,12 +139,16 @@ impl SlotChooser {
         let cl = &self.classes[c];
         let early = cl.calls == 3 || cl.calls == 4;
         let probe =
-            early || ((seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) & (cl.probe_every(self.margins()) - 1)) == 0;
+            early || ((seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) & (cl.probe_every(self.adapt()) - 1)) == 0;
         (cl.around != probe, true)
     }
 
-    fn margins(&self) -> Margins {
-        MARGINS[usize::from(!self.own_cores)]
+    fn adapt(&self) -> Adapt {
+        if self.own_cores {
+            OWN_CORE
+        } else {
+            SHARING
+        }
     }
 
     /// Whether calls of `bytes` bytes are now written around the cache
@@ -174,7 +178,7 @@ impl SlotChooser {
         let Some(c) = class(bytes) else {
             return;
         };
-        let m = self.margins();
+        let m = self.adapt();
         let cl = &mut self.classes[c];
         cl.calls = cl.calls.saturating_add(1);
         if cl.calls <= WARM {
@@ -247,8 +251,8 @@ mod tests {
     fn ranks_sharing_cores_adapt_with_wider_margins() {
         let shared = || SlotChooser::new(SlotStores::Auto, false);
         // and only from 1 MiB
-        assert!((0..100).all(|seq| shared().pick(ADAPT_MIN_SHARED / 2, seq) == (false, false)));
-        assert!(SlotChooser::default().pick(ADAPT_MIN_SHARED / 2, 0).1);
+        assert!((0..100).all(|seq| shared().pick(SHARING.from / 2, seq) == (false, false)));
+        assert!(SlotChooser::default().pick(SHARING.from / 2, 0).1);
         // streaming 1.4x cheaper: ranks with cores of their own switch,
         // ranks sharing cores (whose times swing that much) do not
         let mut own = SlotChooser::default();
