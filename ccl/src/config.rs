@@ -50,7 +50,7 @@ pub const BUFFSIZE_OWN_CORES: usize = 2 << 20;
 
 /// Outputs from which `CCL_NT_STORES_MIN=auto` writes around the cache
 /// where the last-level cache is unknown (or not yet looked at,
-/// [`Config::on_cache`]).
+/// [`Config::on_machine`]).
 pub const NT_STORES_MIN: usize = 16 << 20;
 
 /// The least output `CCL_NT_STORES_MIN=auto` writes around the cache,
@@ -279,40 +279,31 @@ impl Config {
     }
 
     /// This configuration for a process that is one of `ranks` processes
-    /// of the job on a machine giving them `cpus` CPUs: an auto
-    /// `CCL_BUFFSIZE` becomes [`BUFFSIZE_OWN_CORES`] where each of several
-    /// ranks has a CPU of its own and shared memory is enabled, else
-    /// [`BUFFSIZE`] (a lone rank's connections are all TCP, whose slots
-    /// keep their size). Every rank of a machine decides the same.
-    pub fn on_machine(mut self, ranks: usize, cpus: usize) -> Config {
+    /// of the job on a machine giving them `cpus` CPUs, whose last-level
+    /// cache is `cache` (unknown: `None`). Every rank of a machine decides
+    /// the same.
+    ///
+    /// An auto `CCL_BUFFSIZE` becomes [`BUFFSIZE_OWN_CORES`] where each of
+    /// several ranks has a CPU of its own and shared memory is enabled,
+    /// else [`BUFFSIZE`] (a lone rank's connections are all TCP, whose
+    /// slots keep their size).
+    ///
+    /// An auto `CCL_NT_STORES_MIN` becomes half an instance of the cache
+    /// over the ranks that share it (the ranks spread evenly over the
+    /// instances), at least [`NT_STORES_FLOOR`], or [`NT_STORES_MIN`] where
+    /// the cache is unknown. Past that, the outputs of the ranks sharing
+    /// the cache fill half of it, and writing them through it evicts the
+    /// inputs and slots the next steps read. Measured here (32 MiB shared
+    /// by both vCPUs, all_reduce, out of place, 6 alternating rounds): 2
+    /// ranks at 8 MiB 0.89-0.91 ms around it against 1.07-1.19 through it,
+    /// at 4 MiB 330-360 µs against 270-290 (so 8 MiB for 2 ranks); 4 ranks
+    /// on the 2 cores at 4 MiB 1.16-1.49 ms against 1.54-2.1, at 2 MiB
+    /// within noise either way (so 4 MiB).
+    pub fn on_machine(mut self, ranks: usize, cpus: usize, cache: Option<crate::llc::SharedCache>) -> Config {
         if self.buffsize.is_none() {
             let own = !self.shm_disable && ranks > 1 && ranks <= cpus;
             self.buffsize = Some(if own { BUFFSIZE_OWN_CORES } else { BUFFSIZE });
         }
-        self
-    }
-
-    /// Outputs of at least this many bytes are written around the cache
-    /// (0: none): `CCL_NT_STORES_MIN`, or where that is auto (and
-    /// [`on_cache`](Self::on_cache) has not decided), [`NT_STORES_MIN`].
-    pub fn nt_stores_min(&self) -> usize {
-        self.nt_stores_min.unwrap_or(NT_STORES_MIN)
-    }
-
-    /// This configuration for a process that is one of `ranks` processes
-    /// of the job on a machine of `cpus` CPUs whose last-level cache is
-    /// `cache`: an auto `CCL_NT_STORES_MIN` becomes half an instance of
-    /// the cache over the ranks that share it (the ranks spread evenly
-    /// over the instances), at least [`NT_STORES_FLOOR`], or
-    /// [`NT_STORES_MIN`] where the cache is unknown. Past that, the
-    /// outputs of the ranks sharing the cache fill half of it, and writing
-    /// them through it evicts the inputs and slots the next steps read.
-    /// Measured here (32 MiB shared by both vCPUs, all_reduce, out of place,
-    /// 6 alternating rounds): 2 ranks at 8 MiB 0.89-0.91 ms around it
-    /// against 1.07-1.19 through it, at 4 MiB 330-360 µs against 270-290
-    /// (so 8 MiB for 2 ranks); 4 ranks on the 2 cores at 4 MiB 1.16-1.49 ms
-    /// against 1.54-2.1, at 2 MiB within noise either way (so 4 MiB).
-    pub fn on_cache(mut self, ranks: usize, cpus: usize, cache: Option<crate::llc::SharedCache>) -> Config {
         if self.nt_stores_min.is_none() {
             self.nt_stores_min = Some(cache.map_or(NT_STORES_MIN, |c| {
                 let instances = (cpus / c.cpus.max(1)).max(1);
@@ -321,6 +312,13 @@ impl Config {
             }));
         }
         self
+    }
+
+    /// Outputs of at least this many bytes are written around the cache
+    /// (0: none): `CCL_NT_STORES_MIN`, or where that is auto (and
+    /// [`on_machine`](Self::on_machine) has not decided), [`NT_STORES_MIN`].
+    pub fn nt_stores_min(&self) -> usize {
+        self.nt_stores_min.unwrap_or(NT_STORES_MIN)
     }
 
     /// Bytes per slot of a connection in memory ([`NSLOTS`] of them).
@@ -381,7 +379,7 @@ mod tests {
         .expect("valid");
         assert_eq!(c.algo, Some(Algo::Ring));
         assert_eq!(c.slot_bytes(), (64 << 10) / NSLOTS);
-        assert_eq!(c.clone().on_machine(2, 2).slot_bytes(), (64 << 10) / NSLOTS, "a value set is kept");
+        assert_eq!(c.clone().on_machine(2, 2, None).slot_bytes(), (64 << 10) / NSLOTS, "a value set is kept");
         let auto = Config::from_lookup(|k| (k == "CCL_BUFFSIZE").then(|| "auto".into())).expect("auto");
         assert_eq!(auto.buffsize, None);
         assert!(Config::from_lookup(|k| (k == "CCL_BUFFSIZE").then(|| "lots".into())).is_err());
@@ -415,7 +413,7 @@ mod tests {
         use crate::llc::SharedCache;
         let c = Config::default();
         assert_eq!(c.nt_stores_min(), NT_STORES_MIN);
-        let at = |c: &Config, ranks, cpus, cache| c.clone().on_cache(ranks, cpus, cache).nt_stores_min();
+        let at = |c: &Config, ranks, cpus, cache| c.clone().on_machine(ranks, cpus, cache).nt_stores_min();
         assert_eq!(at(&c, 2, 2, None), NT_STORES_MIN, "unknown cache");
         // this machine: 32 MiB shared by its 2 CPUs
         let here = Some(SharedCache { bytes: 32 << 20, cpus: 2 });
@@ -432,22 +430,22 @@ mod tests {
         // a value set is kept, 0 (never) included, and decided once
         assert_eq!(at(&Config { nt_stores_min: Some(0), ..c.clone() }, 2, 2, here), 0);
         assert_eq!(at(&Config { nt_stores_min: Some(1 << 20), ..c.clone() }, 2, 2, here), 1 << 20);
-        assert_eq!(at(&c.clone().on_cache(2, 2, here), 4, 2, here), 8 << 20);
+        assert_eq!(at(&c.clone().on_machine(2, 2, here), 4, 2, here), 8 << 20);
     }
 
     #[test]
     fn auto_slot_memory_is_larger_only_where_every_rank_has_a_core_and_shared_memory() {
         let c = Config::default();
         assert_eq!(c.buffsize(), BUFFSIZE);
-        let on = |c: &Config, ranks, cpus| c.clone().on_machine(ranks, cpus).buffsize();
+        let on = |c: &Config, ranks, cpus| c.clone().on_machine(ranks, cpus, None).buffsize();
         assert_eq!(on(&c, 2, 2), BUFFSIZE_OWN_CORES);
         assert_eq!(on(&c, 8, 16), BUFFSIZE_OWN_CORES);
         assert_eq!(on(&c, 4, 2), BUFFSIZE, "ranks sharing cores");
         assert_eq!(on(&c, 1, 2), BUFFSIZE, "a lone rank's connections are TCP");
         assert_eq!(on(&Config { shm_disable: true, ..c.clone() }, 2, 2), BUFFSIZE, "TCP keeps its slots");
         // once decided, it stays decided
-        let decided = c.clone().on_machine(2, 2);
-        assert_eq!(decided.clone().on_machine(4, 2).buffsize(), BUFFSIZE_OWN_CORES);
+        let decided = c.clone().on_machine(2, 2, None);
+        assert_eq!(decided.clone().on_machine(4, 2, None).buffsize(), BUFFSIZE_OWN_CORES);
         let hosts = crate::topo::Hosts::blocks(&[2]);
         assert_eq!(decided.slots_on(&hosts).slot_bytes, BUFFSIZE_OWN_CORES / NSLOTS);
     }

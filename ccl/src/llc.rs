@@ -1,7 +1,7 @@
 //! The last-level cache of this machine, as Linux describes it in sysfs:
 //! how large one instance is and how many CPUs share it. It sets where
 //! outputs start to be written around the cache (`CCL_NT_STORES_MIN`,
-//! [`Config::on_cache`](crate::Config::on_cache)).
+//! [`Config::on_machine`](crate::Config::on_machine)).
 
 use std::path::Path;
 

@@ -137,7 +137,7 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
     for ranks in [2, 4] {
         // slots and pieces as ccl cuts them for these ranks on 2 cores
         let hosts = Hosts::blocks(&[ranks]);
-        let ring = ccl::Config::default().on_machine(ranks, 2).slots_on(&hosts);
+        let ring = ccl::Config::default().on_machine(ranks, 2, None).slots_on(&hosts);
         let out = run(
             env!("CARGO_BIN_EXE_ccl-sim"),
             &[

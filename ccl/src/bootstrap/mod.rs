@@ -85,7 +85,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let sharing = table.iter().filter(|p| p.machine == me.machine).count();
     let cpus = crate::topo::host_cpus();
     let (nt_set, llc) = (config.nt_stores_min.is_some(), crate::llc::last_level());
-    let config = config.on_machine(sharing, cpus).on_cache(sharing, cpus, llc);
+    let config = config.on_machine(sharing, cpus, llc);
     let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?
@@ -161,19 +161,19 @@ mod tests {
     fn info_says_where_outputs_bypass_the_cache_and_why() {
         use crate::llc::SharedCache;
         let here = Some(SharedCache { bytes: 32 << 20, cpus: 2 });
-        let auto = Config::default().on_cache(4, 2, here);
+        let auto = Config::default().on_machine(4, 2, here);
         assert_eq!(
             streamed_outputs(&auto, false, here, 4),
             "outputs of 4 MiB and more are written around the cache \
              (auto: last-level cache 32 MiB shared by 2 CPU(s), 4 rank(s) on this machine)"
         );
-        let unknown = Config::default().on_cache(2, 2, None);
+        let unknown = Config::default().on_machine(2, 2, None);
         assert_eq!(
             streamed_outputs(&unknown, false, None, 2),
             "outputs of 16 MiB and more are written around the cache (auto: last-level cache unknown)"
         );
         // a threshold that is no whole number of MiB is not rounded
-        let odd = Config::default().on_cache(4, 2, Some(SharedCache { bytes: 36 << 20, cpus: 2 }));
+        let odd = Config::default().on_machine(4, 2, Some(SharedCache { bytes: 36 << 20, cpus: 2 }));
         assert!(streamed_outputs(&odd, false, None, 4).starts_with("outputs of 4608 KiB and more"));
         let never = Config { nt_stores_min: Some(0), ..Config::default() };
         assert_eq!(
