@@ -18,8 +18,13 @@
 //! some 15 % of the time up to a ratio of 10 (a fixed one in 16 cost half
 //! of it where the cache ran 10× slower), and come more often where the
 //! choice may have rested on noise. The choice follows the cheaper cost, with
-//! hysteresis. A class's first [`WARM`] calls are not counted: they
-//! connect and touch fresh memory.
+//! hysteresis, weighing only calls among the class's last [`FRESH`], at
+//! least [`CONFIRM`] each way: with the least of any recent calls, a
+//! slow phase that raised the calls through the cache was weighed against
+//! early probes from before it, and one slow call against one probe; 2
+//! ranks at 1 MiB then streamed in the near placement at 110–140 µs a
+//! call, against 60–70 through the cache. A class's first [`WARM`] calls
+//! are not counted: they connect and touch fresh memory.
 //!
 //! Ranks that share cores adapt too, from a larger size and with wider
 //! margins ([`SHARING`]): their calls' times swing with the
@@ -39,6 +44,11 @@ pub const ADAPT_MIN: usize = 256 << 10;
 pub const WARM: u32 = 2;
 /// Calls each way whose least time is that way's cost.
 pub const WINDOW: usize = 4;
+/// A switch weighs only calls among the class's last this many, and at
+/// least [`CONFIRM`] of them each way.
+pub const FRESH: u32 = 24;
+/// Calls each way a switch needs among the last [`FRESH`].
+pub const CONFIRM: usize = 2;
 
 /// How a rank adapts.
 #[derive(Clone, Copy, Debug)]
@@ -67,6 +77,8 @@ struct Class {
     /// Nanoseconds per byte of the last calls through the cache and
     /// around it (0: none yet), and where the next goes.
     recent: [[f32; WINDOW]; 2],
+    /// Which of the class's calls each of `recent` was.
+    at: [[u32; WINDOW]; 2],
     next: [usize; 2],
     /// The lowest cost through the cache has been (0: unknown).
     best: f32,
@@ -79,6 +91,19 @@ impl Class {
     /// A way's cost: the least of its recent calls (0: none yet).
     fn cost(&self, around: bool) -> f32 {
         self.recent[usize::from(around)].iter().copied().filter(|&x| x > 0.0).reduce(f32::min).unwrap_or(0.0)
+    }
+
+    /// A way's cost over its calls among the last [`FRESH`], if there were
+    /// at least [`CONFIRM`]: a switch does not rest on one call, nor on
+    /// calls from before a slow phase began (early probes, say, against
+    /// calls through the cache slowed by the phase).
+    fn fresh(&self, around: bool) -> Option<f32> {
+        let w = usize::from(around);
+        let recent = (self.recent[w].iter().zip(&self.at[w]))
+            .filter(|&(&x, &at)| x > 0.0 && self.calls - at < FRESH)
+            .map(|(&x, _)| x);
+        let (n, least) = recent.fold((0, f32::INFINITY), |(n, least), x| (n + 1, least.min(x)));
+        (n >= CONFIRM).then_some(least)
     }
 
     /// One call in how many is a probe.
@@ -186,12 +211,13 @@ impl SlotChooser {
         }
         let w = usize::from(around);
         cl.recent[w][cl.next[w]] = nanos as f32 / bytes as f32;
+        cl.at[w][cl.next[w]] = cl.calls;
         cl.next[w] = (cl.next[w] + 1) % WINDOW;
-        let (through, streamed) = (cl.cost(false), cl.cost(true));
         if !around {
+            let through = cl.cost(false);
             cl.best = if cl.best == 0.0 { through } else { cl.best.min(through) };
         }
-        if through > 0.0 && streamed > 0.0 {
+        if let (Some(through), Some(streamed)) = (cl.fresh(false), cl.fresh(true)) {
             if cl.around && through * m.switch < streamed {
                 cl.around = false;
             } else if !cl.around && streamed * m.switch < through {
@@ -331,6 +357,34 @@ mod tests {
         let streamed = run(&mut s, 201..400, 0.067, 0.124);
         assert!(!s.chosen(1 << 20));
         assert!(streamed < 15, "{streamed} streamed after one slow call");
+    }
+
+    #[test]
+    fn a_switch_rests_on_recent_calls_each_way() {
+        // runs calls one by one: none may switch to streaming
+        let stays = |s: &mut SlotChooser, calls: std::ops::Range<u64>, through: f32, around: f32| {
+            for seq in calls {
+                run(s, seq..seq + 1, through, around);
+                assert!(!s.chosen(1 << 20), "streaming after call {seq}");
+            }
+        };
+        // a slow phase slows both ways (3x): the early probes, cheaper than
+        // the calls through the cache in the phase, are too old to count
+        let mut s = SlotChooser::default();
+        let streamed = run(&mut s, 0..36, 0.055, 0.08);
+        assert!((2..=3).contains(&streamed), "{streamed}: the early probes and a rare one");
+        stays(&mut s, 36..50, 0.165, 0.24);
+        stays(&mut s, 50..100, 0.055, 0.08);
+        // nor does one slow call through the cache (still faulting in
+        // memory) against the early probes
+        let mut s = SlotChooser::default();
+        for seq in 0..u64::from(WARM) {
+            s.observe(1 << 20, s.pick(1 << 20, seq).0, 1 << 30);
+        }
+        let (a, _) = s.pick(1 << 20, 2);
+        assert!(!a);
+        s.observe(1 << 20, a, (0.2 * (1 << 20) as f32) as u64);
+        stays(&mut s, 3..40, 0.055, 0.08);
     }
 
     #[test]
