@@ -43,21 +43,11 @@ fn from_sysfs(dir: &Path) -> Option<SharedCache> {
     best.map(|(_, c)| c)
 }
 
-/// Bytes of a sysfs cache size: `32768K`, `1M`, or plain bytes.
+/// Bytes of a sysfs cache size (`32768K`, `1M`, or plain bytes), read as
+/// a size knob is; 0 is no cache.
 fn size(s: &str) -> Option<usize> {
-    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => s.split_at(i),
-        None => (s, ""),
-    };
-    let n: usize = digits.parse().ok()?;
-    let shift = match unit {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1 << shift).filter(|&b| b > 0)
+    use crate::config::KnobValue;
+    usize::parse_knob(s).ok().filter(|&b| b > 0)
 }
 
 /// CPUs in a sysfs list such as `0-3,8-11` or `5`.
