@@ -88,9 +88,21 @@ struct Class {
 }
 
 impl Class {
+    /// How many of a way's recent calls fall among the class's last
+    /// `within`, and the least cost of those (infinite: none).
+    fn least(&self, around: bool, within: u32) -> (usize, f32) {
+        let w = usize::from(around);
+        (self.recent[w].iter().zip(&self.at[w]))
+            .filter(|&(&x, &at)| x > 0.0 && self.calls - at < within)
+            .fold((0, f32::INFINITY), |(n, least), (&x, _)| (n + 1, least.min(x)))
+    }
+
     /// A way's cost: the least of its recent calls (0: none yet).
     fn cost(&self, around: bool) -> f32 {
-        self.recent[usize::from(around)].iter().copied().filter(|&x| x > 0.0).reduce(f32::min).unwrap_or(0.0)
+        match self.least(around, u32::MAX) {
+            (0, _) => 0.0,
+            (_, least) => least,
+        }
     }
 
     /// A way's cost over its calls among the last [`FRESH`], if there were
@@ -98,11 +110,7 @@ impl Class {
     /// calls from before a slow phase began (early probes, say, against
     /// calls through the cache slowed by the phase).
     fn fresh(&self, around: bool) -> Option<f32> {
-        let w = usize::from(around);
-        let recent = (self.recent[w].iter().zip(&self.at[w]))
-            .filter(|&(&x, &at)| x > 0.0 && self.calls - at < FRESH)
-            .map(|(&x, _)| x);
-        let (n, least) = recent.fold((0, f32::INFINITY), |(n, least), x| (n + 1, least.min(x)));
+        let (n, least) = self.least(around, FRESH);
         (n >= CONFIRM).then_some(least)
     }
 
