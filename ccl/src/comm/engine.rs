@@ -269,7 +269,7 @@ impl Engine {
                     // unwinding with the call in flight: its memory goes
                     // now, and what it left half done breaks the communicator
                     self.0.queue.retain(|e| e.id != id);
-                    self.0.conns.forget_lent();
+                    self.0.conns.forget_call_memory();
                     self.0.broken.get_or_insert_with(|| "a call was abandoned in flight (a panic)".into());
                 }
             }
@@ -302,7 +302,7 @@ impl Engine {
     /// `Broken`; the communicator refuses further calls.
     fn fail(&mut self, i: usize, err: Error) {
         // the calls' memory goes back to their callers: nothing may still read it
-        self.conns.forget_lent();
+        self.conns.forget_call_memory();
         if let ErrorKind::PeerLost { rank, .. } = err.kind() {
             self.conns.publish_lost(*rank);
         }

@@ -55,6 +55,9 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     /// and its buffers stay the caller's, until they have sent it; and the
     /// rank each sends to.
     lent: SmallVec<[(usize, usize); 4]>,
+    /// Per channel: the steps so far whose incoming messages have been
+    /// given places in the call's memory ([`give_places`](Self::give_places)).
+    placed: SmallVec<[usize; 4]>,
     _op: PhantomData<O>,
 }
 
@@ -165,6 +168,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         };
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
+        let placed = smallvec::smallvec![0; sched.channels.len()];
         let input = Self::input_of(&layout, input, output);
         let fp = fp.words();
         let around_cache = gpu.is_none() && Self::output_around_cache(&layout, around_cache_from);
@@ -182,6 +186,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             spread,
             gpu,
             lent: SmallVec::new(),
+            placed,
             _op: PhantomData,
         })
     }
@@ -225,6 +230,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         self.spread = plan.spread;
         self.pcs.iter_mut().for_each(|pc| *pc = (0, 0));
         self.lent.clear();
+        self.placed.iter_mut().for_each(|p| *p = 0);
         true
     }
 
@@ -358,6 +364,12 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         // the slice of region `g` this slot covers
         let at = |g: Region| self.layout.resolve(Region::new(g.buf, g.off + off, n));
 
+        if let Some(ri) = ri {
+            if self.gpu.is_none() && self.wiring.lands[c][i] && self.placed[c] <= i {
+                self.placed[c] = i + 1;
+                self.give_places(c, i, u, ri, conns);
+            }
+        }
         // claim the incoming and outgoing slots before touching anything
         let incoming = match ri {
             Some(ri) => match conns.recv_at(ri).peek().map_err(|e| e.with_peer(st.recv_peer().unwrap_or(0)))? {
@@ -437,7 +449,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 // (`Wiring::guards`); the call is not done, so its buffers
                 // stay the caller's, until the connection has sent it
                 // (`done`), and a failing call has it forgotten
-                // (`Conns::forget_lent`) before they go back.
+                // (`Conns::forget_call_memory`) before they go back.
                 unsafe { conns.send_at(si).lend(p, bytes, &self.fp, hold) }.map_err(|e| e.with_peer(peer))?;
                 if !self.lent.iter().any(|&(s, _)| s == si) {
                     self.lent.push((si, peer));
@@ -452,6 +464,42 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let slots = len.div_ceil(se).max(1);
         self.pcs[c] = if local || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
         Ok(true)
+    }
+}
+
+impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
+    /// Gives receiving connection `ri`, where it reads sockets, a place in
+    /// the call's memory for each message of step `i` of channel `c` from
+    /// slot `u` on: the slice of the region the step copies it into. The
+    /// socket then reads each message that has not started to arrive
+    /// straight there, saving the copy out of a slot. Only for steps
+    /// [`Wiring::lands`] allows; what earlier steps still send from that
+    /// memory is taken back first.
+    fn give_places(&self, c: usize, i: usize, u: usize, ri: usize, conns: &mut Conns) {
+        let st = self.wiring.sched.channels[c][i];
+        let Some(dst) = wiring::landing(&st) else { return };
+        if !conns.recv_at(ri).lands() {
+            return;
+        }
+        let (size, se, len) = (std::mem::size_of::<T>(), self.slot_elems, st.len());
+        let from = (u * se).min(len);
+        if self.wiring.guards[c][i] && !self.lent.is_empty() {
+            let w = self.layout.resolve(Region::new(dst.buf, dst.off + from, len - from));
+            let p = self.ptr(w) as *const u8;
+            self.lent.iter().for_each(|&(l, _)| conns.send_at(l).reclaim(p, w.len * size));
+        }
+        for (k, off) in (from..len).step_by(se).enumerate() {
+            let r = self.layout.resolve(Region::new(dst.buf, dst.off + off, se.min(len - off)));
+            // SAFETY: a validated region of this call's buffers, the one
+            // slot `u + k` of the step copies its message into; no other
+            // channel's step touches it and this channel's later steps wait
+            // for this one (`Wiring::lands`), what earlier steps lent from
+            // it was taken back above (`Wiring::guards`), and a call that
+            // fails has its places withdrawn (`Conns::forget_call_memory`)
+            // before its buffers go back: nothing else touches the place
+            // until the message is released.
+            unsafe { conns.recv_at(ri).post_into(k, self.ptr(r) as *mut u8, r.len * size) };
+        }
     }
 }
 
@@ -537,6 +585,6 @@ mod tests {
         assert!(ex.channels_done() && !ex.done(), "every step taken, 64 MiB not yet sent");
         assert_eq!(ex.blocked_on(), vec![1], "{}", ex.waiting());
         assert!(ex.waiting().contains("still sending from the call's buffers to rank 1"), "{}", ex.waiting());
-        conns.forget_lent();
+        conns.forget_call_memory();
     }
 }

@@ -27,6 +27,53 @@ pub(super) struct Wiring {
     /// Per channel, per step: whether it writes memory that another step
     /// may still be sending from ([`guards`]).
     pub(super) guards: Vec<Vec<bool>>,
+    /// Per channel, per step: whether what it receives may be read straight
+    /// into the memory it is copied to, from when the step begins ([`lands`]).
+    pub(super) lands: Vec<Vec<bool>>,
+}
+
+/// The region a step copies what it receives into, unchanged (a receive,
+/// or a receive passed on).
+pub(super) fn landing(st: &Step) -> Option<Region> {
+    match *st {
+        Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => Some(dst),
+        _ => None,
+    }
+}
+
+/// Per channel, per step of `s` on `l`: whether the step copies what it
+/// receives into memory of the call ([`landing`]) that no other channel's
+/// step reads or writes, and that an earlier step of its own has read or
+/// written in this call.
+///
+/// The first makes it safe: from when the step begins until it has taken
+/// its last message, nothing but a socket then touches that memory (its
+/// own channel's later steps wait for it, and what its earlier ones still
+/// send from there is taken back first, as [`guards`] says), so the socket
+/// may read the messages straight into it.
+///
+/// The second makes it pay: memory the call has just used is still in
+/// the cache, and reading into it saves the copy out of a slot. Memory
+/// not touched yet (a receive into an output apart from the input) the
+/// kernel's copy would first read from DRAM, line by line, where the copy
+/// out of a slot of a large output streams it out without reading it.
+/// Measured on this project's VM (2 ranks over TCP, near placement,
+/// alternating, 118 pairs): landing everything made in-place calls 6.6 %
+/// faster at 64 MiB and 3.8 % at 16 MiB, but out-of-place ones 3-10 %
+/// slower at 1-64 MiB.
+fn lands(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
+    let mut touched = regions(s, l, Step::writes);
+    for (c, ch) in s.channels.iter().enumerate() {
+        for (i, st) in ch.iter().enumerate() {
+            touched.extend(st.reads().into_iter().map(|r| (c, i, l.resolve(r))));
+        }
+    }
+    per_step(s, |c, i, st| {
+        landing(st).map(|d| l.resolve(d)).is_some_and(|d| {
+            let meets = |(tc, ti, r): &(usize, usize, Region)| overlap(*r, d) && (*tc != c || *ti < i);
+            !touched.iter().any(|t| t.0 != c && meets(t)) && touched.iter().any(|t| t.0 == c && meets(t))
+        })
+    })
 }
 
 /// Per channel, per step of `s` on `l`: whether the step sends memory of
@@ -116,7 +163,8 @@ impl Wiring {
         uses.dedup();
         let lendable = lendable(sched, layout);
         let guards = guards(sched, layout, &lendable);
-        Ok(Wiring { sched: Arc::clone(sched), links, uses, lendable, guards })
+        let lands = lands(sched, layout);
+        Ok(Wiring { sched: Arc::clone(sched), links, uses, lendable, guards, lands })
     }
 }
 
@@ -198,6 +246,74 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Element by element: the steps that copy what they receive into
+    /// memory no other channel's step reads or writes, and that an earlier
+    /// step of their own channel reads or writes.
+    fn reference_lands(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
+        let elems = |r: Region| (r.off..r.off + r.len).map(move |e| (r.buf, e));
+        let touched = |st: &Step| {
+            let regs: Vec<Region> = st.reads().into_iter().chain(st.writes()).collect();
+            regs.into_iter().flat_map(|r| elems(l.resolve(r))).collect::<std::collections::HashSet<_>>()
+        };
+        let mut out = Vec::new();
+        for (c, ch) in s.channels.iter().enumerate() {
+            let mut row = Vec::new();
+            for (i, st) in ch.iter().enumerate() {
+                row.push(match st {
+                    Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => {
+                        let mine: Vec<_> = elems(l.resolve(*dst)).collect();
+                        let others = s.channels.iter().enumerate().filter(|&(o, _)| o != c).flat_map(|(_, ch2)| ch2);
+                        let others_touch = others.map(touched).any(|t| mine.iter().any(|e| t.contains(e)));
+                        let earlier = ch[..i].iter().map(touched).any(|t| mine.iter().any(|e| t.contains(e)));
+                        !others_touch && earlier
+                    }
+                    _ => false,
+                });
+            }
+            out.push(row);
+        }
+        out
+    }
+
+    #[test]
+    fn receives_land_in_place_only_where_no_other_channel_touches_the_memory() {
+        let mut landed = 0;
+        for coll in Coll::ALL {
+            for algo in coll.algos().iter().copied() {
+                for n in 1..=9 {
+                    for in_place in [false, true] {
+                        for rank in 0..n {
+                            let hosts = Hosts::flat(n);
+                            let s = sched(coll, algo, n, rank, 23, in_place, &hosts);
+                            let l = coll.layout(n, rank, 23, n / 2, in_place);
+                            let got = lands(&s, &l);
+                            assert_eq!(got, reference_lands(&s, &l), "{coll} {algo} n={n} rank {rank}");
+                            landed += got.iter().flatten().filter(|&&f| f).count();
+                        }
+                    }
+                }
+            }
+        }
+        assert!(landed > 0, "some receives land in place");
+        // every gathering receive of a 2-rank ring all-reduce lands in
+        // place (what the rank sent from there is taken back first), none
+        // out of place (into output the call has not touched yet)
+        for in_place in [false, true] {
+            let s = sched(Coll::AllReduce, Algo::Ring, 2, 0, 40, in_place, &Hosts::flat(2));
+            let l = Coll::AllReduce.layout(2, 0, 40, 0, in_place);
+            let got = lands(&s, &l);
+            let recvs: Vec<bool> = s
+                .channels
+                .iter()
+                .zip(&got)
+                .flat_map(|(ch, f)| ch.iter().zip(f))
+                .filter(|(st, _)| landing(st).is_some())
+                .map(|(_, &f)| f)
+                .collect();
+            assert!(!recvs.is_empty() && recvs.iter().all(|&f| f == in_place), "in place {in_place}: {recvs:?}");
         }
     }
 

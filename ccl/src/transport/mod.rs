@@ -275,6 +275,39 @@ impl RecvConn {
         }
     }
 
+    /// Whether this end can read a message straight into the call's
+    /// memory ([`post_into`](Self::post_into)): sockets, whose kernel
+    /// copies the bytes in anyway, so a slot would only add a copy.
+    pub fn lands(&self) -> bool {
+        matches!(self, RecvConn::Tcp(_))
+    }
+
+    /// Gives the message `ahead` after the next one [`peek`](Self::peek)
+    /// will return a place of `cap` bytes at `p` to be read into instead
+    /// of a slot, where it has not started to arrive; `peek` then returns
+    /// `p`. Nothing where this end does not [`land`](Self::lands).
+    ///
+    /// # Safety
+    ///
+    /// `p` must be valid for writes of `cap` bytes, and nothing else may
+    /// read or write them, until that message has been released or
+    /// [`withdraw`](Self::withdraw) has run.
+    pub unsafe fn post_into(&mut self, ahead: usize, p: *mut u8, cap: usize) {
+        if let RecvConn::Tcp(t) = self {
+            // SAFETY: the caller's contract is post_into's.
+            unsafe { t.post_into(ahead, p, cap) }
+        }
+    }
+
+    /// Takes back every place given by [`post_into`](Self::post_into)
+    /// (their memory is about to go: the call failed); what was read into
+    /// them moves into slots.
+    pub fn withdraw(&mut self) {
+        if let RecvConn::Tcp(t) = self {
+            t.withdraw()
+        }
+    }
+
     /// Returns the slot [`peek`](Self::peek) returned to the sender.
     pub fn release(&mut self) {
         match self {
