@@ -20,19 +20,20 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         n: usize,
         lends: bool,
     ) -> (bool, Option<Region>) {
-        // Why the slices below are sound: regions were validated against
-        // their buffers in `new`, and fused operands are identical (the
-        // `s == d` branches use one slice) or disjoint; a peeked slot holds
-        // `n` elements (checked in `step`) and is ours until released; a
-        // reserved slot holds at least `slot_elems ≥ n` elements (checked in
-        // `new`) and is ours until posted; slots are 64-byte aligned and T's
-        // alignment is at most 64; every bit pattern is a valid T.
         // a message read straight into the memory it is copied to (given
         // as its place, `Exec::give_places`) is already there
         let landed = match (super::wiring::landing(&st), incoming) {
             (Some(d), Some(p)) => std::ptr::eq(p, self.ptr(at(d))),
             _ => false,
         };
+        // Why the slices below are sound: regions were validated against
+        // their buffers in `new`, and fused operands are identical (the
+        // `s == d` branches use one slice) or disjoint; a peeked slot holds
+        // `n` elements (checked in `step`) and is ours until released; a
+        // reserved slot holds at least `slot_elems ≥ n` elements (checked in
+        // `new`) and is ours until posted; slots are 64-byte aligned and T's
+        // alignment is at most 64; every bit pattern is a valid T. A message
+        // that landed is the destination itself, never also taken as a slot.
         let slot_in: &[T] = match incoming {
             // SAFETY: see above: a peeked slot of `n` elements, ours until released.
             Some(p) if !landed => unsafe { std::slice::from_raw_parts(p, n) },

@@ -58,9 +58,10 @@ pub(super) fn landing(st: &Step) -> Option<Region> {
 /// kernel's copy would first read from DRAM, line by line, where the copy
 /// out of a slot of a large output streams it out without reading it.
 /// Measured on this project's VM (2 ranks over TCP, near placement,
-/// alternating, 118 pairs): landing everything made in-place calls 6.6 %
-/// faster at 64 MiB and 3.8 % at 16 MiB, but out-of-place ones 3-10 %
-/// slower at 1-64 MiB.
+/// medians of 100-400 alternating pairs): landing every receive made
+/// out-of-place calls 3-10 % slower at 1-64 MiB; landing as here, in-place
+/// calls ran 7 % faster at 64 MiB (16.5 -> 15.3 ms), 2-6 % at 8-16 MiB,
+/// and within noise (±4 %) at 8 KiB-4 MiB.
 fn lands(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
     let mut touched = regions(s, l, Step::writes);
     for (c, ch) in s.channels.iter().enumerate() {
