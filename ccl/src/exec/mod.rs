@@ -367,7 +367,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         if let Some(ri) = ri {
             if self.gpu.is_none() && self.wiring.lands[c][i] && self.placed[c] <= i {
                 self.placed[c] = i + 1;
-                self.give_places(c, i, u, ri, conns);
+                self.give_places(c, i, ri, conns);
             }
         }
         // claim the incoming and outgoing slots before touching anything
@@ -430,8 +430,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     _ => st.writes().map(at),
                 };
                 if let Some(w) = w {
-                    let p = self.ptr(w) as *const u8;
-                    self.lent.iter().for_each(|&(l, _)| conns.send_at(l).reclaim(p, w.len * size));
+                    self.take_back(w, conns);
                 }
             }
             let (local, lent) = self.host_step(st, at, incoming, outgoing, n, lends);
@@ -469,29 +468,26 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// Gives receiving connection `ri`, where it reads sockets, a place in
-    /// the call's memory for each message of step `i` of channel `c` from
-    /// slot `u` on: the slice of the region the step copies it into. The
-    /// socket then reads each message that has not started to arrive
+    /// the call's memory for each message of step `i` of channel `c`, as
+    /// the step begins: the slice of the region the step copies it into.
+    /// The socket then reads each message that has not started to arrive
     /// straight there, saving the copy out of a slot. Only for steps
     /// [`Wiring::lands`] allows; what earlier steps still send from that
     /// memory is taken back first.
-    fn give_places(&self, c: usize, i: usize, u: usize, ri: usize, conns: &mut Conns) {
+    fn give_places(&self, c: usize, i: usize, ri: usize, conns: &mut Conns) {
         let st = self.wiring.sched.channels[c][i];
         let Some(dst) = wiring::landing(&st) else { return };
         if !conns.recv_at(ri).lands() {
             return;
         }
         let (size, se, len) = (std::mem::size_of::<T>(), self.slot_elems, st.len());
-        let from = (u * se).min(len);
         if self.wiring.guards[c][i] && !self.lent.is_empty() {
-            let w = self.layout.resolve(Region::new(dst.buf, dst.off + from, len - from));
-            let p = self.ptr(w) as *const u8;
-            self.lent.iter().for_each(|&(l, _)| conns.send_at(l).reclaim(p, w.len * size));
+            self.take_back(self.layout.resolve(dst), conns);
         }
-        for (k, off) in (from..len).step_by(se).enumerate() {
+        for (k, off) in (0..len).step_by(se).enumerate() {
             let r = self.layout.resolve(Region::new(dst.buf, dst.off + off, se.min(len - off)));
             // SAFETY: a validated region of this call's buffers, the one
-            // slot `u + k` of the step copies its message into; no other
+            // slot `k` of the step copies its message into; no other
             // channel's step touches it and this channel's later steps wait
             // for this one (`Wiring::lands`), what earlier steps lent from
             // it was taken back above (`Wiring::guards`), and a call that
@@ -500,6 +496,16 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             // until the message is released.
             unsafe { conns.recv_at(ri).post_into(k, self.ptr(r) as *mut u8, r.len * size) };
         }
+    }
+
+    /// Takes back into their slots the messages lent from the call's
+    /// buffers, not yet sent, that overlap resolved region `w`, which is
+    /// about to be written ([`SendConn::reclaim`]).
+    ///
+    /// [`SendConn::reclaim`]: crate::transport::SendConn::reclaim
+    fn take_back(&self, w: Region, conns: &mut Conns) {
+        let (p, bytes) = (self.ptr(w) as *const u8, w.len * std::mem::size_of::<T>());
+        self.lent.iter().for_each(|&(l, _)| conns.send_at(l).reclaim(p, bytes));
     }
 }
 

@@ -180,10 +180,14 @@ mod tests {
         generate(coll, algo, &p).expect("schedule")
     }
 
+    /// The elements of a resolved region, each with its buffer.
+    fn elems(r: Region) -> impl Iterator<Item = (crate::algo::Buf, usize)> {
+        (r.off..r.off + r.len).map(move |e| (r.buf, e))
+    }
+
     /// Element by element: the memory a step sends, and every element
     /// written by another channel or later in its own.
     fn reference(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
-        let elems = |r: Region| (r.off..r.off + r.len).map(move |e| (r.buf, e));
         let mut out = Vec::new();
         for (c, ch) in s.channels.iter().enumerate() {
             let mut row = Vec::new();
@@ -205,7 +209,6 @@ mod tests {
     /// Element by element: the steps that write an element which a send
     /// not in `safe` (another channel's, or an earlier one of their own) sends.
     fn reference_guards(s: &Schedule, l: &Layout, safe: &[Vec<bool>]) -> Vec<Vec<bool>> {
-        let elems = |r: Region| (r.off..r.off + r.len).map(move |e| (r.buf, e));
         s.channels
             .iter()
             .enumerate()
@@ -254,7 +257,6 @@ mod tests {
     /// memory no other channel's step reads or writes, and that an earlier
     /// step of their own channel reads or writes.
     fn reference_lands(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
-        let elems = |r: Region| (r.off..r.off + r.len).map(move |e| (r.buf, e));
         let touched = |st: &Step| {
             let regs: Vec<Region> = st.reads().into_iter().chain(st.writes()).collect();
             regs.into_iter().flat_map(|r| elems(l.resolve(r))).collect::<std::collections::HashSet<_>>()
