@@ -259,7 +259,7 @@ knobs! {
     net_mbps: usize = 0, "CCL_NET_MBPS", "0";
     /// File of measured algorithm choices (bench/tuner --write), consulted before the cost model; the same on every rank.
     tune_file: String = String::new(), "CCL_TUNE_FILE", "";
-    /// Outputs of at least this many bytes are written with stores that bypass the cache (0: never); auto: half the last-level cache over the ranks of the machine that share it (16M where unknown).
+    /// Outputs of at least this many bytes, out of place, are written with stores that bypass the cache (0: never); auto: half the last-level cache over the ranks of the machine that share it (16M where unknown).
     nt_stores_min: Option<usize> = None, "CCL_NT_STORES_MIN", "auto";
     /// How slots of memory connections are written: auto (calls of 256 KiB and more time both ways), cache (through it), around (streaming stores; steadier where ranks' cores share no cache).
     slot_stores: SlotStores = SlotStores::Auto, "CCL_SLOT_STORES", "auto";
