@@ -159,9 +159,12 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
             let count: usize = w[1].parse().expect("count");
             let (slot, chunk) = ccl::tune::cut(count, 4, ring);
             let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
-            let call = Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk, slot };
-            let ours = ccl::tune::predictions(&call, &hosts, &model);
-            let (algo, secs) = ours[0];
+            // the tuner's choice, made out of place, and its time in place
+            let call =
+                Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk, slot, in_place: false };
+            let (algo, _) = ccl::tune::predictions(&call, &hosts, &model)[0];
+            let ours = ccl::tune::predictions(&Call { in_place: true, ..call }, &hosts, &model);
+            let &(_, secs) = ours.iter().find(|t| t.0 == algo).expect("the chosen one timed in place");
             assert_eq!(pick, algo.name(), "{ranks} ranks: {row}");
             assert!(
                 (secs * 1e6 - us).abs() <= 0.05 + 1e-3 * us,

@@ -208,7 +208,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// not, where a streaming one must first push it out (2 ranks in place,
     /// medians of 10-12 alternating runs, around the cache against through
     /// it: 8 MiB 754 against 509 µs, 16 MiB 1.64 against 1.42 ms, 64 MiB
-    /// 8.1 against 7.0 ms; 4 ranks on the 2 cores at 16 MiB 6.9 against 5.1).
+    /// 8.1 against 7.0 ms; 4 ranks on the 2 cores at 16 MiB 6.9 against 5.1 ms).
     fn output_around_cache(layout: &Layout, from: usize) -> bool {
         let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(std::mem::size_of::<T>());
         from > 0 && layout.in_place.is_none() && out_bytes >= from

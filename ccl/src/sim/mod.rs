@@ -46,6 +46,9 @@ pub struct Call {
     pub chunk: usize,
     /// Elements per slot: the unit in which a step's message moves.
     pub slot: usize,
+    /// Whether input and output are one buffer: a step then reduces into
+    /// the very memory it reads, and a copy between them is no work.
+    pub in_place: bool,
 }
 
 /// One kind of link: a per-message latency and a bandwidth.

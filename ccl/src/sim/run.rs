@@ -2,7 +2,7 @@
 //! start.
 
 use super::{Call, Model};
-use crate::algo::schedule::Step;
+use crate::algo::schedule::{Layout, Region, Step};
 use crate::algo::{generate, Algo, Params};
 use crate::topo::Hosts;
 use std::cmp::Reverse;
@@ -26,6 +26,8 @@ struct Sim<'a> {
     slot: usize,
     /// Per rank, per channel: steps.
     sched: Vec<Vec<Vec<Step>>>,
+    /// Per rank: where its input and output lie (one buffer in place).
+    layout: Vec<Layout>,
     /// Per rank, per channel: next step and the time it may start.
     pc: Vec<Vec<(usize, f64)>>,
     /// Per rank: when its progress thread is free.
@@ -85,20 +87,36 @@ impl Sim<'_> {
     }
 
     /// Local work of a step on rank `r`, seconds: the fused steps' second
-    /// pass reads what their first just wrote or read, from the cache.
-    fn work(&self, r: usize, step: &Step) -> f64 {
+    /// pass reads what their first just wrote or read, from the cache. So
+    /// does a step writing memory that one of the channel's two steps
+    /// before (`recent`) has just read to send, as in place a ring's
+    /// all-gather writes the piece it sent two steps earlier, and a
+    /// reduction in place into such memory (recursive doubling's exchange
+    /// of a piece): their lines are still in the cache even where the
+    /// call's data spills it.
+    fn work(&self, r: usize, step: &Step, recent: &[Step]) -> f64 {
         let m = self.model;
         let b = |len: usize| len as f64 * self.elem;
         let hot = |len: usize| b(len) / m.copy * self.hot[r];
+        let at = |x: Region| self.layout[r].resolve(x);
+        let fresh = |x: Region| {
+            let x = at(x);
+            recent.iter().flat_map(Step::reads).map(at).any(|y| y.buf == x.buf && y.off < x.end() && x.off < y.end())
+        };
+        let copy = |dst: Region| if fresh(dst) { hot(dst.len) } else { b(dst.len) / m.copy };
+        let reduce = |src: Region, dst: Region| {
+            let cached = at(src) == at(dst) && fresh(dst);
+            b(dst.len) / m.reduce * if cached { self.hot[r] } else { 1.0 }
+        };
         m.step
             + match step {
                 Step::Send { src, .. } => b(src.len) / m.copy,
-                Step::Recv { dst, .. } => b(dst.len) / m.copy,
-                Step::RecvReduce { dst, .. } => b(dst.len) / m.reduce,
+                Step::Recv { dst, .. } => copy(*dst),
+                Step::RecvReduce { src, dst, .. } => reduce(*src, *dst),
                 Step::RecvReduceSend { src, .. } => b(src.len) / m.reduce,
-                Step::RecvReduceCopySend { dst, .. } => b(dst.len) / m.reduce + hot(dst.len),
-                Step::RecvCopySend { dst, .. } => b(dst.len) / m.copy + hot(dst.len),
-                Step::Copy { src, dst } if src == dst => 0.0,
+                Step::RecvReduceCopySend { src, dst, .. } => reduce(*src, *dst) + hot(dst.len),
+                Step::RecvCopySend { dst, .. } => copy(*dst) + hot(dst.len),
+                Step::Copy { src, dst } if at(*src) == at(*dst) => 0.0,
                 Step::Copy { src, .. } => b(src.len) / m.copy,
                 Step::Reduce { src, .. } => b(src.len) / m.reduce,
             }
@@ -144,7 +162,8 @@ impl Sim<'_> {
             // slot by slot: a step starts on its first slot, sends on its
             // first as soon as it is done with it, and ends one slot's share
             // of its work after its last arrived
-            let busy = self.work(r, &step) * self.slow[r] + self.pull(r, &step);
+            let recent = &self.sched[r][c][pc.saturating_sub(2)..pc];
+            let busy = self.work(r, &step, recent) * self.slow[r] + self.pull(r, &step);
             let per_slot = busy / step.len().div_ceil(self.slot).max(1) as f64;
             let (mut ready, mut last) = (t0, 0.0f64);
             if let Some(from) = step.recv_peer() {
@@ -197,12 +216,13 @@ pub const MAX_STEPS: usize = 4_000_000;
 /// Times `algo` running `call` on `hosts` under `model`. Every rank's
 /// schedule is generated and all run together.
 pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result<Prediction, String> {
-    let &Call { coll, count, elem: elem_size, root, channels, chunk, slot } = call;
+    let &Call { coll, count, elem: elem_size, root, channels, chunk, slot, in_place } = call;
     let n = hosts.nranks();
-    let mut sched = Vec::with_capacity(n);
+    let (mut sched, mut layout) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for rank in 0..n {
-        let p = Params { nranks: n, rank, count, root, channels, chunk, in_place: true, hosts };
+        let p = Params { nranks: n, rank, count, root, channels, chunk, in_place, hosts };
         sched.push(generate(coll, algo, &p)?.channels);
+        layout.push(coll.layout(n, rank, count, root, in_place));
         if rank == 0 {
             let steps = sched[0].iter().map(Vec::len).sum::<usize>().saturating_mul(n);
             if steps > MAX_STEPS {
@@ -254,6 +274,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         slot: slot.max(1),
         pc: sched.iter().map(|chans| vec![(0, 0.0); chans.len()]).collect(),
         sched,
+        layout,
         cpu,
         slow,
         hot,
@@ -277,7 +298,7 @@ mod tests {
 
     /// A call of `count` f32 in pieces of `chunk`, through 32 KiB slots.
     fn call(coll: Coll, count: usize, root: usize, channels: usize, chunk: usize) -> Call {
-        Call { coll, count, elem: 4, root, channels, chunk, slot: 8 << 10 }
+        Call { coll, count, elem: 4, root, channels, chunk, slot: 8 << 10, in_place: true }
     }
 
     fn model(inter_gbps: f64) -> Model {
@@ -347,12 +368,31 @@ mod tests {
         );
         assert!(warm < 0.8 * cold, "in cache {warm} vs not {cold}");
         // data that does not fit: only the fused steps' second pass (the
-        // copy of what was just reduced or received) runs from the cache
+        // copy of what was just reduced or received) runs from the cache,
+        // and in place the ring's all-gather into the piece it sent two
+        // steps before
         let too_small = Model { cache: 1.0 * (1 << 20) as f64, ..cached };
-        let partly = time(Coll::AllReduce, Algo::Ring, count, &two, &too_small);
-        assert!(warm < partly && partly < cold, "{warm} < {partly} < {cold}");
-        let no_fused_pass = time(Coll::AllReduce, Algo::RecursiveDoubling, count, &two, &too_small);
-        assert_eq!(no_fused_pass, time(Coll::AllReduce, Algo::RecursiveDoubling, count, &two, &uncached));
+        let timed = |algo: Algo, m: &Model, in_place: bool| {
+            let c = Call { in_place, ..call(Coll::AllReduce, count, 0, 1, 1 << 16) };
+            simulate(&c, algo, &two, m).expect("simulates").seconds
+        };
+        let (partly, in_place) = (timed(Algo::Ring, &too_small, false), timed(Algo::Ring, &too_small, true));
+        assert!(
+            warm < in_place && in_place < 0.95 * partly && partly < cold,
+            "{warm} < {in_place} < {partly} < {cold}"
+        );
+        // recursive doubling has no fused pass: out of place it gains
+        // nothing, in place its reductions into what each step has just
+        // sent run from the cache
+        let rd = |m: &Model, in_place: bool| timed(Algo::RecursiveDoubling, m, in_place);
+        assert_eq!(rd(&too_small, false), rd(&uncached, false));
+        assert!(
+            rd(&too_small, true) < 0.8 * rd(&uncached, true),
+            "{} vs {}",
+            rd(&too_small, true),
+            rd(&uncached, true)
+        );
+        assert_eq!(rd(&uncached, true), rd(&uncached, false), "no cache, no difference");
         // ranks time-sharing cores get the shared cache's smaller speed-up
         // (fetching from other cores at copy speed, which is what a slot
         // evicted while it waits costs: that alone would tell them apart)

@@ -19,6 +19,12 @@ use serde::Deserialize;
 use std::io::Write;
 use std::path::PathBuf;
 
+/// The algorithm ccl's tuner chooses for `call`, in place or not: the
+/// fastest out of place.
+fn tuned(call: &Call, hosts: &Hosts, model: &Model) -> Option<ccl::algo::Algo> {
+    predictions(&Call { in_place: false, ..*call }, hosts, model).first().map(|t| t.0)
+}
+
 /// `write!` to the table's output; a closed pipe ends the program quietly.
 macro_rules! out {
     ($o:expr, $($t:tt)*) => { write!($o, $($t)*).map_err(closed)? };
@@ -81,6 +87,10 @@ struct Args {
     /// Print each algorithm's predicted time per call (us) instead of its busbw
     #[arg(long)]
     times: bool,
+    /// Time calls with separate input and output buffers (default: in place,
+    /// where a rank reduces into the memory it reads)
+    #[arg(long)]
+    out_of_place: bool,
 }
 
 /// `[intra]`: between ranks of one host. Unknown keys are errors, so a
@@ -199,7 +209,12 @@ fn run(a: &Args) -> Result<(), String> {
     // a reader that goes away (`ccl-sim ... | head`) ends the program quietly
     let mut o = std::io::stdout().lock();
     let algos = coll.algos();
-    outln!(o, "# ccl-sim: {coll} on {n} ranks ({nh} hosts x {per}), {elem}-byte elements, {}", t.name);
+    outln!(
+        o,
+        "# ccl-sim: {coll} on {n} ranks ({nh} hosts x {per}), {elem}-byte elements, {}, {}",
+        t.name,
+        if a.out_of_place { "out of place" } else { "in place" }
+    );
     outln!(
         o,
         "#   inside a host {}; network {} x {}; rank copy {:.0} GB/s, reduce {:.0} GB/s",
@@ -211,7 +226,8 @@ fn run(a: &Args) -> Result<(), String> {
     );
     outln!(
         o,
-        "# predicted {} per algorithm (skip: over {} steps, not considered); pick: the tuner's choice",
+        "# predicted {} per algorithm (skip: over {} steps, not considered); pick: the tuner's choice (from the \
+         out-of-place times, in place too) and its time",
         if a.times { "time per call (us)" } else { "busbw (GB/s)" },
         ccl::sim::MAX_STEPS
     );
@@ -233,7 +249,8 @@ fn run(a: &Args) -> Result<(), String> {
             Some(s) => ccl::tune::pieces(s, elem, ring),
         };
         let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
-        let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot };
+        let call =
+            Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot, in_place: !a.out_of_place };
         let times = predictions(&call, &hosts, &model);
         out!(o, "  {size:>12} {count:>12}");
         for (al, line) in algos.iter().zip(&mut lines) {
@@ -250,7 +267,9 @@ fn run(a: &Args) -> Result<(), String> {
                 None => out!(o, " {:>10}", "skip"),
             }
         }
-        match times.first() {
+        // the tuner times calls out of place, and keeps its choice for in-place ones
+        let chosen = if a.out_of_place { times.first().map(|t| t.0) } else { tuned(&call, &hosts, &model) };
+        match chosen.and_then(|c| times.iter().find(|t| t.0 == c)) {
             Some((pick, secs)) => outln!(o, " {:>10} {:>12.1}", pick.name(), secs * 1e6),
             None => outln!(o),
         }
