@@ -473,7 +473,7 @@ impl Group {
     /// by their own deadlines or lost-peer checks.
     pub fn abort(&self) {
         self.inner.aborted.store(true, Ordering::SeqCst);
-        self.inner.registry.bell().ring();
+        self.inner.registry.ring();
     }
 
     /// Blocks until every rank of the group has entered the barrier.

@@ -11,12 +11,23 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What a peer rings to wake a rank: its doorbell, and whatever else
+/// wakes it while it sleeps elsewhere than on the doorbell's futex.
+pub trait Bell: Send + Sync {
+    /// The doorbell itself.
+    fn doorbell(&self) -> &Doorbell;
+    /// Wakes whoever sleeps on this bell.
+    fn ring(&self) {
+        self.doorbell().ring();
+    }
+}
+
 /// A shared handle on a doorbell, wherever it lives (the heap for threads,
 /// a shared mapping for processes).
-pub type BellRef = Arc<dyn AsRef<Doorbell> + Send + Sync>;
+pub type BellRef = Arc<dyn Bell>;
 
-impl AsRef<Doorbell> for Doorbell {
-    fn as_ref(&self) -> &Doorbell {
+impl Bell for Doorbell {
+    fn doorbell(&self) -> &Doorbell {
         self
     }
 }
@@ -27,12 +38,15 @@ impl AsRef<Doorbell> for Doorbell {
 pub struct Doorbell {
     seq: AtomicU32,
     sleepers: AtomicU32,
+    /// Owners sleeping in `poll()` instead of on the futex
+    /// ([`poll_while`](Self::poll_while)).
+    pollers: AtomicU32,
 }
 
 impl Doorbell {
     /// A new doorbell.
     pub const fn new() -> Self {
-        Doorbell { seq: AtomicU32::new(0), sleepers: AtomicU32::new(0) }
+        Doorbell { seq: AtomicU32::new(0), sleepers: AtomicU32::new(0), pollers: AtomicU32::new(0) }
     }
 
     /// The current count; read it *before* looking for work, then pass it
@@ -56,6 +70,23 @@ impl Doorbell {
             futex_wait(&self.seq, seen, timeout);
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Runs `poll` (a sleep that a ring wakes some other way: see
+    /// [`polling`](Self::polling)) unless the count already differs from
+    /// `seen`. A ring either comes before the check, or sees the poller.
+    pub fn poll_while(&self, seen: u32, poll: impl FnOnce()) {
+        self.pollers.fetch_add(1, Ordering::SeqCst);
+        if self.seq.load(Ordering::SeqCst) == seen {
+            poll();
+        }
+        self.pollers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether the owner sleeps in [`poll_while`](Self::poll_while): a ring
+    /// must then wake it the other way too (ring first, then ask).
+    pub fn polling(&self) -> bool {
+        self.pollers.load(Ordering::SeqCst) > 0
     }
 }
 

@@ -258,7 +258,7 @@ impl FifoSend {
         }
         self.head += 1;
         h.seq.store(self.head, Ordering::Release);
-        self.receiver.as_ref().as_ref().ring();
+        self.receiver.ring();
     }
 
     /// Bytes per slot.
@@ -298,7 +298,7 @@ impl FifoRecv {
     pub fn release(&mut self) {
         self.tail += 1;
         self.mem.tail().store(self.tail, Ordering::Release);
-        self.sender.as_ref().as_ref().ring();
+        self.sender.ring();
     }
 
     /// Bytes per slot.

@@ -15,6 +15,7 @@ pub mod fifo;
 pub mod local;
 pub mod shm;
 pub mod tcp;
+pub mod wake;
 
 use crate::bootstrap::lost_notes;
 use crate::error::{Error, ErrorKind, Result};
@@ -78,6 +79,11 @@ pub trait Transport: Send + Sync {
     /// Whether peers wake this rank through its doorbell.
     fn uses_bell(&self) -> bool {
         true
+    }
+    /// The socket through which peers that ring the doorbell wake this
+    /// rank while it polls network sockets, if it has one.
+    fn wake(&self) -> Option<&wake::WakeSocket> {
+        None
     }
 }
 
@@ -330,6 +336,13 @@ impl RecvConn {
     }
 }
 
+/// Sleeps in `poll()` on `fds` for at most `timeout` (whole milliseconds).
+fn poll_on(fds: &mut [libc::pollfd], timeout: std::time::Duration) {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+}
+
 /// Transports in order of preference; the first that can connect a pair does.
 pub struct Registry {
     list: Vec<Arc<dyn Transport>>,
@@ -377,19 +390,39 @@ impl Registry {
         self.list[0].bell()
     }
 
+    /// Rings this endpoint's own doorbell (an abort from another thread),
+    /// waking it wherever it sleeps.
+    pub fn ring(&self) {
+        let bell = self.bell();
+        bell.ring();
+        if let Some(w) = self.list[0].wake().filter(|_| bell.polling()) {
+            w.poke();
+        }
+    }
+
     /// Sleeps until a peer rings (`seen` is the bell's count read before
     /// looking for work), a socket is ready, or `timeout` passes. With
-    /// both sockets and a bell to watch, sockets are polled in short naps.
+    /// both sockets and a bell to watch, it polls the sockets and its wake
+    /// socket, which peers that ring meanwhile send to; without a wake
+    /// socket (ranks as threads), it polls the sockets in short naps.
     pub fn sleep(&self, seen: u32, timeout: std::time::Duration) {
         let mut fds = Vec::new();
         self.list.iter().for_each(|t| t.poll_fds(&mut fds));
         if fds.is_empty() {
             return self.bell().sleep(seen, timeout);
         }
-        let bell = self.list.iter().any(|t| t.uses_bell());
-        let t = if bell { timeout.min(std::time::Duration::from_millis(1)) } else { timeout };
-        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, t.as_millis().min(i32::MAX as u128) as i32) };
+        if !self.list.iter().any(|t| t.uses_bell()) {
+            return poll_on(&mut fds, timeout);
+        }
+        let wake = self.list[0].wake();
+        match wake.and_then(|w| w.fd()) {
+            Some(fd) => {
+                fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+                self.bell().poll_while(seen, || poll_on(&mut fds, timeout));
+                wake.into_iter().for_each(wake::WakeSocket::drain);
+            }
+            None => poll_on(&mut fds, timeout.min(std::time::Duration::from_millis(1))),
+        }
     }
 
     /// Leaves word, on every transport, that endpoint `lost` is gone.

@@ -1,7 +1,8 @@
 //! Shared memory between processes of one host.
 //!
 //! Every rank maps its doorbell at `/dev/shm/ccl-<job>-b<rank>-p<pid>` before it
-//! joins the rendezvous, so peers can always open it. A connection's FIFO
+//! joins the rendezvous, so peers can always open it, and binds its wake
+//! socket beside it (`-w<rank>-`: see [`super::wake`]). A connection's FIFO
 //! is a file `/dev/shm/ccl-<job>-<comm>-<from>-<to>-<channel>-p<pid>-<pid>` that
 //! whichever side comes first creates (zero-filled, the FIFO's initial
 //! state) and the second side maps and unlinks, so nothing named is left
@@ -14,8 +15,9 @@
 //! Connecting never blocks: a connection whose peer has not arrived yet is
 //! retried by the progress engine on each poll.
 
-use super::doorbell::{BellRef, Doorbell};
+use super::doorbell::{Bell, BellRef, Doorbell};
 use super::fifo::{FifoMem, FifoRecv, FifoSend};
+use super::wake::WakeSocket;
 use super::{ConnKey, Geometry, RecvConn, SendConn, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use memmap2::MmapMut;
@@ -29,22 +31,48 @@ use std::sync::{Arc, Mutex};
 /// Where the files live.
 pub(crate) const DIR: &str = "/dev/shm";
 
-/// A doorbell in a shared mapping.
+/// A doorbell in a shared mapping, and its owner's wake socket.
 pub struct BellMap {
     map: MmapMut,
     owned: Option<PathBuf>,
+    /// The owner's socket (bound, where it could be), or a peer's handle
+    /// on it.
+    wake: Option<WakeSocket>,
 }
 
 impl AsRef<Doorbell> for BellMap {
     fn as_ref(&self) -> &Doorbell {
         // SAFETY: the mapping is at least a page, page-aligned, zero-filled
-        // when created (a valid Doorbell: two zero atomics), and lives as
+        // when created (a valid Doorbell: three zero atomics), and lives as
         // long as `self`.
         unsafe { &*(self.map.as_ptr() as *const Doorbell) }
     }
 }
 
+impl Bell for BellMap {
+    fn doorbell(&self) -> &Doorbell {
+        self.as_ref()
+    }
+
+    /// Rings, and wakes the owner through its socket if it polls one.
+    fn ring(&self) {
+        let bell = self.doorbell();
+        bell.ring();
+        if bell.polling() {
+            if let Some(w) = &self.wake {
+                w.poke();
+            }
+        }
+    }
+}
+
 impl BellMap {
+    /// The owner's wake socket, for it to poll (`None` on a peer's map, or
+    /// where it could not be bound).
+    pub fn wake(&self) -> Option<&WakeSocket> {
+        self.wake.as_ref().filter(|w| w.fd().is_some())
+    }
+
     /// Root cause left by this rank when it failed: 1 + the lost endpoint, or 0.
     fn cause(&self) -> &std::sync::atomic::AtomicU64 {
         // SAFETY: offset 64 of a page-sized, page-aligned, zero-filled
@@ -90,6 +118,18 @@ impl Shm {
         PathBuf::from(format!("{DIR}/ccl-{job}-b{rank}-p{pid}"))
     }
 
+    /// Path of rank `rank`'s wake socket in job `job`; `pid` owns it.
+    fn wake_path(job: &str, rank: usize, pid: u32) -> PathBuf {
+        PathBuf::from(format!("{DIR}/ccl-{job}-w{rank}-p{pid}"))
+    }
+
+    /// `peer`'s doorbell, mapped from `f`, with a handle on its wake socket.
+    fn peer_map(&self, peer: usize, f: &File) -> Result<BellMap> {
+        let pid = self.pids.get(peer).copied().unwrap_or(0);
+        let wake = Some(WakeSocket::of_peer(Self::wake_path(&self.job, peer, pid)));
+        Ok(BellMap { map: map_file(f)?, owned: None, wake })
+    }
+
     /// Removes files of any job whose owning processes have all exited
     /// (names end in `-p<pid>[-<pid>]`): what a crash, or a launcher killed
     /// with SIGKILL, left behind.
@@ -130,7 +170,10 @@ impl Shm {
             .open(&path)
             .map_err(|e| Error::transport(format!("create {}: {e}", path.display())))?;
         f.set_len(4096).map_err(|e| Error::transport(format!("size {}: {e}", path.display())))?;
-        Ok(Arc::new(BellMap { map: map_file(&f)?, owned: Some(path) }))
+        // without a wake socket, a rank that also polls network sockets
+        // naps in short polls instead (Registry::sleep)
+        let wake = WakeSocket::bind(&Self::wake_path(job, rank, std::process::id())).ok();
+        Ok(Arc::new(BellMap { map: map_file(&f)?, owned: Some(path), wake }))
     }
 
     /// The transport of rank `me`, given every rank's host and pid.
@@ -167,7 +210,7 @@ impl Shm {
         }
         let path = Self::bell_path(&self.job, peer, self.pids.get(peer).copied().unwrap_or(0));
         let f = OpenOptions::new().read(true).write(true).open(path).ok()?;
-        Some(Arc::new(BellMap { map: map_file(&f).ok()?, owned: None }))
+        Some(Arc::new(self.peer_map(peer, &f).ok()?))
     }
 
     fn peer_bell(&self, peer: usize) -> Result<BellRef> {
@@ -182,7 +225,7 @@ impl Shm {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Arc::new(Doorbell::new()) as BellRef),
             Err(e) => return Err(Error::transport(format!("open {}: {e}", path.display())).with_peer(peer)),
         };
-        let b = Arc::new(BellMap { map: map_file(&f)?, owned: None });
+        let b = Arc::new(self.peer_map(peer, &f)?);
         bells.insert(peer, Arc::clone(&b));
         Ok(b as BellRef)
     }
@@ -274,6 +317,10 @@ impl Transport for Shm {
         self.bell.as_ref().as_ref()
     }
 
+    fn wake(&self) -> Option<&WakeSocket> {
+        self.bell.wake()
+    }
+
     fn uses_bell(&self) -> bool {
         self.enabled
     }
@@ -305,5 +352,86 @@ impl Transport for Shm {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Registry;
+    use std::os::unix::io::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    /// Network peers that stay quiet: a socket to poll that never becomes
+    /// ready.
+    struct Quiet(std::os::unix::net::UnixDatagram, Doorbell);
+
+    impl Transport for Quiet {
+        fn name(&self) -> &'static str {
+            "quiet"
+        }
+        fn can_connect(&self, _: usize, _: usize) -> bool {
+            false
+        }
+        fn connect_send(&self, _: ConnKey, _: Geometry) -> Result<SendConn> {
+            Err(Error::internal("quiet"))
+        }
+        fn connect_recv(&self, _: ConnKey, _: Geometry) -> Result<RecvConn> {
+            Err(Error::internal("quiet"))
+        }
+        fn bell(&self) -> &Doorbell {
+            &self.1
+        }
+        fn check_alive(&self, _: &[usize]) -> Result<()> {
+            Ok(())
+        }
+        fn poll_fds(&self, out: &mut Vec<libc::pollfd>) {
+            out.push(libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        }
+        fn uses_bell(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_rank_polling_its_sockets_sleeps_until_a_peer_of_its_host_rings() {
+        let (job, pid) = (format!("t{}-wake", std::process::id()), std::process::id());
+        let hosts = vec!["h".to_string(); 2];
+        let shm = |me| {
+            let bell = Shm::create_bell(&job, me).expect("bell");
+            Shm::new(&job, me, bell, hosts.clone(), vec![pid; 2], 4, 4096, true)
+        };
+        let (s0, s1) = (shm(0), shm(1));
+        let quiet = Quiet(std::os::unix::net::UnixDatagram::unbound().expect("socket"), Doorbell::new());
+        let reg = Registry::new(vec![Arc::new(s0), Arc::new(quiet)]).expect("registry");
+        // nothing rings: it sleeps its whole time in one poll, not in naps
+        let seen = reg.bell().seq();
+        let t = Instant::now();
+        reg.sleep(seen, Duration::from_millis(300));
+        assert!(t.elapsed() >= Duration::from_millis(250), "woke after {:?}", t.elapsed());
+        // rank 1 rings: rank 0 wakes long before its time is up
+        std::thread::scope(|sc| {
+            let sleeper = sc.spawn(|| {
+                let t = Instant::now();
+                reg.sleep(seen, Duration::from_secs(30));
+                t.elapsed()
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            s1.peer_bell(0).expect("rank 0's bell").ring();
+            let slept = sleeper.join().expect("sleeper");
+            assert!(slept < Duration::from_secs(20), "slept {slept:?}");
+        });
+        // and so does its own ring, from another thread (an abort)
+        let seen = reg.bell().seq();
+        std::thread::scope(|sc| {
+            let sleeper = sc.spawn(|| {
+                let t = Instant::now();
+                reg.sleep(seen, Duration::from_secs(30));
+                t.elapsed()
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            reg.ring();
+            assert!(sleeper.join().expect("sleeper") < Duration::from_secs(20));
+        });
     }
 }
