@@ -374,7 +374,7 @@ impl Engine {
 
     /// Drives the queue until call `id` has finished; its result.
     pub fn wait(&mut self, id: u64) -> Result<()> {
-        let mut backoff = Backoff::new(self.own_core);
+        let mut backoff = Backoff::new(self.own_core, self.conns.any_socket());
         // The clock is read only once the call has been idle a while (every
         // CLOCK_EVERY spins, and before every yield or sleep): a call that
         // completes while spinning never pays for it.

@@ -148,6 +148,13 @@ impl Conns {
         Ok(())
     }
 
+    /// Whether any connection is a socket: polling one is a system call,
+    /// not a look at memory.
+    pub fn any_socket(&self) -> bool {
+        self.sends.iter().any(|s| matches!(s, SendConn::Tcp(_)))
+            || self.recvs.iter().any(|r| matches!(r, RecvConn::Tcp(_)))
+    }
+
     /// This rank's doorbell.
     pub fn bell(&self) -> &Doorbell {
         self.reg.bell()
