@@ -409,29 +409,25 @@ mod tests {
         let t = Instant::now();
         reg.sleep(seen, Duration::from_millis(300));
         assert!(t.elapsed() >= Duration::from_millis(250), "woke after {:?}", t.elapsed());
+        // woken by `ring` from another thread 100 ms into a 30 s sleep: how long it slept
+        let woken_by = |ring: &dyn Fn()| {
+            let seen = reg.bell().seq();
+            std::thread::scope(|sc| {
+                let sleeper = sc.spawn(|| {
+                    let t = Instant::now();
+                    reg.sleep(seen, Duration::from_secs(30));
+                    t.elapsed()
+                });
+                std::thread::sleep(Duration::from_millis(100));
+                ring();
+                sleeper.join().expect("sleeper")
+            })
+        };
         // rank 1 rings: rank 0 wakes long before its time is up
-        std::thread::scope(|sc| {
-            let sleeper = sc.spawn(|| {
-                let t = Instant::now();
-                reg.sleep(seen, Duration::from_secs(30));
-                t.elapsed()
-            });
-            std::thread::sleep(Duration::from_millis(100));
-            s1.peer_bell(0).expect("rank 0's bell").ring();
-            let slept = sleeper.join().expect("sleeper");
-            assert!(slept < Duration::from_secs(20), "slept {slept:?}");
-        });
+        let slept = woken_by(&|| s1.peer_bell(0).expect("rank 0's bell").ring());
+        assert!(slept < Duration::from_secs(20), "slept {slept:?}");
         // and so does its own ring, from another thread (an abort)
-        let seen = reg.bell().seq();
-        std::thread::scope(|sc| {
-            let sleeper = sc.spawn(|| {
-                let t = Instant::now();
-                reg.sleep(seen, Duration::from_secs(30));
-                t.elapsed()
-            });
-            std::thread::sleep(Duration::from_millis(100));
-            reg.ring();
-            assert!(sleeper.join().expect("sleeper") < Duration::from_secs(20));
-        });
+        let slept = woken_by(&|| reg.ring());
+        assert!(slept < Duration::from_secs(20), "slept {slept:?}");
     }
 }
