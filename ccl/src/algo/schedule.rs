@@ -32,6 +32,10 @@ impl Region {
     pub const fn end(&self) -> usize {
         self.off + self.len
     }
+    /// Whether the two share an element (both resolved, or both not).
+    pub fn overlaps(&self, other: &Region) -> bool {
+        self.buf == other.buf && self.off < other.end() && other.off < self.end()
+    }
 }
 
 /// One step of a schedule. Peers are ranks of the communicator; every

@@ -211,8 +211,7 @@ fn check_static(r: usize, s: &Schedule, l: &Layout) -> Result<(), String> {
                 writes[c].push((w.buf, w.off, w.end()));
                 for g in st.reads() {
                     let g = l.resolve(g);
-                    let overlap = g.buf == w.buf && g.off < w.end() && w.off < g.end();
-                    if overlap && g != w {
+                    if g.overlaps(&w) && g != w {
                         return Err(format!("{}: operands overlap partially", here()));
                     }
                 }

@@ -532,7 +532,7 @@ fn validate(s: &Schedule, l: &Layout) -> Result<()> {
                 let w = l.resolve(w);
                 for g in st.reads() {
                     let g = l.resolve(g);
-                    if g != w && g.buf == w.buf && g.off < w.end() && w.off < g.end() {
+                    if g != w && g.overlaps(&w) {
                         return Err(Error::internal(format!("{st:?} has partially overlapping operands")));
                     }
                 }

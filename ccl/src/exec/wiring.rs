@@ -71,7 +71,7 @@ fn lands(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
     }
     per_step(s, |c, i, st| {
         landing(st).map(|d| l.resolve(d)).is_some_and(|d| {
-            let meets = |(tc, ti, r): &(usize, usize, Region)| overlap(*r, d) && (*tc != c || *ti < i);
+            let meets = |(tc, ti, r): &(usize, usize, Region)| r.overlaps(&d) && (*tc != c || *ti < i);
             !touched.iter().any(|t| t.0 != c && meets(t)) && touched.iter().any(|t| t.0 == c && meets(t))
         })
     })
@@ -87,7 +87,7 @@ fn lendable(s: &Schedule, l: &Layout) -> Vec<Vec<bool>> {
     per_step(s, |c, i, st| {
         st.sends_as_is()
             .map(|r| l.resolve(r))
-            .is_some_and(|r| !writes.iter().any(|&(wc, wi, w)| may_meet((c, i), (wc, wi)) && overlap(w, r)))
+            .is_some_and(|r| !writes.iter().any(|&(wc, wi, w)| may_meet((c, i), (wc, wi)) && w.overlaps(&r)))
     })
 }
 
@@ -113,11 +113,6 @@ fn may_meet(send: (usize, usize), w: (usize, usize)) -> bool {
     !(w.0 == send.0 && w.1 <= send.1)
 }
 
-/// Whether two resolved regions share an element.
-fn overlap(a: Region, b: Region) -> bool {
-    a.buf == b.buf && a.off < b.end() && b.off < a.end()
-}
-
 /// Per channel, per step of `s` on `l`: whether the step writes memory
 /// that a step sending memory of the call as it is, but not [`lendable`]
 /// there (`safe`), may still be sending: another channel's step at any
@@ -135,7 +130,7 @@ fn guards(s: &Schedule, l: &Layout, safe: &[Vec<bool>]) -> Vec<Vec<bool>> {
     per_step(s, |wc, wi, st| {
         st.writes()
             .map(|w| l.resolve(w))
-            .is_some_and(|w| held.iter().any(|&(c, i, r)| may_meet((c, i), (wc, wi)) && overlap(w, r)))
+            .is_some_and(|w| held.iter().any(|&(c, i, r)| may_meet((c, i), (wc, wi)) && w.overlaps(&r)))
     })
 }
 

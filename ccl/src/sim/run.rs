@@ -99,10 +99,9 @@ impl Sim<'_> {
         let b = |len: usize| len as f64 * self.elem;
         let hot = |len: usize| b(len) / m.copy * self.hot[r];
         let at = |x: Region| self.layout[r].resolve(x);
-        let fresh = |x: Region| {
-            let x = at(x);
-            recent.iter().flat_map(Step::reads).map(at).any(|y| y.buf == x.buf && y.off < x.end() && x.off < y.end())
-        };
+        // (no cache to find it in: nothing to look for)
+        let fresh =
+            |x: Region| self.hot[r] < 1.0 && recent.iter().flat_map(Step::reads).any(|y| at(y).overlaps(&at(x)));
         let copy = |dst: Region| if fresh(dst) { hot(dst.len) } else { b(dst.len) / m.copy };
         let reduce = |src: Region, dst: Region| {
             let cached = at(src) == at(dst) && fresh(dst);
