@@ -127,48 +127,40 @@ fn ccl_sim_ends_quietly_when_its_reader_goes_away_and_reports_other_write_errors
 #[test]
 fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
     // Model::DEFAULT and ccl/topologies/this-machine-shm.toml carry the same
-    // fitted figures: ccl-sim's picks and times for the file are the tuner's
-    // for the default model on 2 cores, with 2 ranks and with 4 sharing them
+    // fitted figures: ccl-sim's picks and times for the file (out of place
+    // and in place) are the tuner's for the default model on 2 cores, with
+    // 2 ranks and with 4 sharing them
     use ccl::algo::Coll;
     use ccl::sim::{Call, Model};
     use ccl::topo::Hosts;
     let topo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies/this-machine-shm.toml");
     let model = Model::DEFAULT.with_cores(2);
-    for ranks in [2, 4] {
+    for (ranks, in_place) in [(2, false), (2, true), (4, false), (4, true)] {
         // slots and pieces as ccl cuts them for these ranks on 2 cores
         let hosts = Hosts::blocks(&[ranks]);
         let ring = ccl::Config::default().on_machine(ranks, 2, None).slots_on(&hosts);
-        let out = run(
-            env!("CARGO_BIN_EXE_ccl-sim"),
-            &[
-                &topo.to_string_lossy(),
-                "--ranks-per-host",
-                &ranks.to_string(),
-                "-b",
-                "8",
-                "-e",
-                "64M",
-                "-f",
-                "8",
-                "--times",
-            ],
-        );
+        let (topo, ranks_arg) = (topo.to_string_lossy(), ranks.to_string());
+        let mut args = vec![&*topo, "--ranks-per-host", &ranks_arg, "-b", "8", "-e", "64M", "-f", "8", "--times"];
+        if in_place {
+            args.push("--in-place");
+        }
+        let out = run(env!("CARGO_BIN_EXE_ccl-sim"), &args);
         let mut rows = 0;
         for row in out.lines().filter(|l| !l.starts_with('#')) {
             let w: Vec<&str> = row.split_whitespace().collect();
             let count: usize = w[1].parse().expect("count");
             let (slot, chunk) = ccl::tune::cut(count, 4, ring);
             let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
-            // the tuner's choice, made out of place, and its time in place
+            // the tuner's choice, made out of place, and its time as asked
             let call =
                 Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk, slot, in_place: false };
             let (algo, _) = ccl::tune::predictions(&call, &hosts, &model)[0];
-            let ours = ccl::tune::predictions(&Call { in_place: true, ..call }, &hosts, &model);
-            let &(_, secs) = ours.iter().find(|t| t.0 == algo).expect("the chosen one timed in place");
-            assert_eq!(pick, algo.name(), "{ranks} ranks: {row}");
+            let ours = ccl::tune::predictions(&Call { in_place, ..call }, &hosts, &model);
+            let &(_, secs) = ours.iter().find(|t| t.0 == algo).expect("the chosen one timed");
+            assert_eq!(pick, algo.name(), "{ranks} ranks, in place {in_place}: {row}");
             assert!(
                 (secs * 1e6 - us).abs() <= 0.05 + 1e-3 * us,
-                "{ranks} ranks: {row}: the default model says {:.1} us",
+                "{ranks} ranks, in place {in_place}: {row}: the default model says {:.1} us",
                 secs * 1e6
             );
             rows += 1;

@@ -11,9 +11,9 @@
 //! doubling 4 % ahead of ring on 2 ranks from 8 MiB, closer than it can
 //! tell apart, and measured ring was ahead (2 ranks here in place, medians
 //! of 16 alternating runs: 8, 16 and 32 MiB 5, 9 and 1 % ahead, 64 MiB 4 %
-//! behind; in 2 runs with the vCPUs far apart, 8-17 % ahead). Every rank computes the same
-//! choice from the same inputs. Forced choices (`CCL_ALGO`, `CCL_NCHANNELS`,
-//! `CCL_CHUNKSIZE`) win where they apply. The piece size never exceeds half
+//! behind; in 2 runs with the vCPUs far apart, 8-17 % ahead). Every rank
+//! computes the same choice from the same inputs. Forced choices
+//! (`CCL_ALGO`, `CCL_NCHANNELS`, `CCL_CHUNKSIZE`) win where they apply. The piece size never exceeds half
 //! a connection's slots, the condition under which the verifier proves
 //! every schedule deadlock-free. A tuning file (`CCL_TUNE_FILE`, see
 //! [`Rules`]) of measured choices is consulted before the model.

@@ -87,10 +87,11 @@ struct Args {
     /// Print each algorithm's predicted time per call (us) instead of its busbw
     #[arg(long)]
     times: bool,
-    /// Time calls with separate input and output buffers (default: in place,
-    /// where a rank reduces into the memory it reads)
+    /// Time in-place calls, where a rank reduces into the memory it reads
+    /// (default: separate input and output, as the tuner times them); the
+    /// pick is still the tuner's, from the out-of-place times
     #[arg(long)]
-    out_of_place: bool,
+    in_place: bool,
 }
 
 /// `[intra]`: between ranks of one host. Unknown keys are errors, so a
@@ -213,7 +214,7 @@ fn run(a: &Args) -> Result<(), String> {
         o,
         "# ccl-sim: {coll} on {n} ranks ({nh} hosts x {per}), {elem}-byte elements, {}, {}",
         t.name,
-        if a.out_of_place { "out of place" } else { "in place" }
+        if a.in_place { "in place" } else { "out of place" }
     );
     outln!(
         o,
@@ -249,8 +250,7 @@ fn run(a: &Args) -> Result<(), String> {
             Some(s) => ccl::tune::pieces(s, elem, ring),
         };
         let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
-        let call =
-            Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot, in_place: !a.out_of_place };
+        let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot, in_place: a.in_place };
         let times = predictions(&call, &hosts, &model);
         out!(o, "  {size:>12} {count:>12}");
         for (al, line) in algos.iter().zip(&mut lines) {
@@ -268,7 +268,7 @@ fn run(a: &Args) -> Result<(), String> {
             }
         }
         // the tuner times calls out of place, and keeps its choice for in-place ones
-        let chosen = if a.out_of_place { times.first().map(|t| t.0) } else { tuned(&call, &hosts, &model) };
+        let chosen = if a.in_place { tuned(&call, &hosts, &model) } else { times.first().map(|t| t.0) };
         match chosen.and_then(|c| times.iter().find(|t| t.0 == c)) {
             Some((pick, secs)) => outln!(o, " {:>10} {:>12.1}", pick.name(), secs * 1e6),
             None => outln!(o),
