@@ -393,11 +393,7 @@ impl Registry {
     /// Rings this endpoint's own doorbell (an abort from another thread),
     /// waking it wherever it sleeps.
     pub fn ring(&self) {
-        let bell = self.bell();
-        bell.ring();
-        if let Some(w) = self.list[0].wake().filter(|_| bell.polling()) {
-            w.poke();
-        }
+        wake::ring(self.bell(), self.list[0].wake());
     }
 
     /// Sleeps until a peer rings (`seen` is the bell's count read before

@@ -56,13 +56,7 @@ impl Bell for BellMap {
 
     /// Rings, and wakes the owner through its socket if it polls one.
     fn ring(&self) {
-        let bell = self.doorbell();
-        bell.ring();
-        if bell.polling() {
-            if let Some(w) = &self.wake {
-                w.poke();
-            }
-        }
+        super::wake::ring(self.doorbell(), self.wake.as_ref());
     }
 }
 
@@ -404,12 +398,9 @@ mod tests {
         let (s0, s1) = (shm(0), shm(1));
         let quiet = Quiet(std::os::unix::net::UnixDatagram::unbound().expect("socket"), Doorbell::new());
         let reg = Registry::new(vec![Arc::new(s0), Arc::new(quiet)]).expect("registry");
-        // nothing rings: it sleeps its whole time in one poll, not in naps
-        let seen = reg.bell().seq();
-        let t = Instant::now();
-        reg.sleep(seen, Duration::from_millis(300));
-        assert!(t.elapsed() >= Duration::from_millis(250), "woke after {:?}", t.elapsed());
-        // woken by `ring` from another thread 100 ms into a 30 s sleep: how long it slept
+        // rank 0 sleeps in one poll(), counted by its doorbell (where it
+        // used to nap in 1 ms polls, never counted), until `ring`, from
+        // another thread, wakes it: how long it slept of its 30 s
         let woken_by = |ring: &dyn Fn()| {
             let seen = reg.bell().seq();
             std::thread::scope(|sc| {
@@ -418,12 +409,16 @@ mod tests {
                     reg.sleep(seen, Duration::from_secs(30));
                     t.elapsed()
                 });
-                std::thread::sleep(Duration::from_millis(100));
+                let t = Instant::now();
+                while !reg.bell().polling() {
+                    assert!(t.elapsed() < Duration::from_secs(10), "rank 0 never slept in poll()");
+                    std::thread::yield_now();
+                }
                 ring();
                 sleeper.join().expect("sleeper")
             })
         };
-        // rank 1 rings: rank 0 wakes long before its time is up
+        // rank 1 rings: rank 0 wakes, not at the end of its time
         let slept = woken_by(&|| s1.peer_bell(0).expect("rank 0's bell").ring());
         assert!(slept < Duration::from_secs(20), "slept {slept:?}");
         // and so does its own ring, from another thread (an abort)

@@ -9,6 +9,7 @@
 //! reads any more fails quietly, where writing to such a pipe raises
 //! SIGPIPE.
 
+use super::doorbell::Doorbell;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -63,6 +64,15 @@ impl WakeSocket {
         let Some(Some(s)) = self.sock.get().filter(|_| self.owned) else { return };
         let mut buf = [0u8; 16];
         while matches!(s.recv(&mut buf), Ok(n) if n > 0) {}
+    }
+}
+
+/// Rings `bell`, and sends to its owner's `wake` socket too while the
+/// owner sleeps in `poll()` ([`Doorbell::polling`]).
+pub fn ring(bell: &Doorbell, wake: Option<&WakeSocket>) {
+    bell.ring();
+    if bell.polling() {
+        wake.into_iter().for_each(WakeSocket::poke);
     }
 }
 
