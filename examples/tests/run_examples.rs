@@ -99,6 +99,17 @@ fn ccl_sim_reads_every_shipped_topology() {
         assert_eq!(out.status.code(), Some(2), "{to}: {err}");
         assert!(err.contains("unknown field"), "{to}: {err}");
     }
+    // a token bucket without the speed it sends at while it lasts
+    let ns = std::fs::read_to_string(&topo).expect("namespace topology");
+    assert!(ns.contains("peak_gb_s"), "the namespace hosts' links are shaped by a bucket");
+    let wrong = std::env::temp_dir().join(format!("ccl-sim-nopeak-{}.toml", std::process::id()));
+    let lines: Vec<&str> = ns.lines().filter(|l| !l.starts_with("peak_gb_s")).collect();
+    std::fs::write(&wrong, lines.join("\n")).expect("write topology");
+    let out = Command::new(env!("CARGO_BIN_EXE_ccl-sim")).arg(&wrong).output().expect("ccl-sim");
+    let _ = std::fs::remove_file(&wrong);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("peak_gb_s"), "{err}");
 }
 
 #[test]

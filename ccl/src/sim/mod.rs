@@ -60,6 +60,20 @@ pub struct Link {
     pub bandwidth: f64,
 }
 
+/// A token bucket shaping each network link, as `tc tbf` does: a link with
+/// tokens sends at `peak`; tokens come back at the link's bandwidth, up to
+/// `burst` bytes. Over a run of calls the link then carries no more than
+/// its bandwidth on average, but the time it stands idle within a call
+/// (waiting on latencies and on the ranks' work) it makes up for later at
+/// `peak`, as far as the bucket holds that idle time's tokens.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bucket {
+    /// Bytes per second while the bucket has tokens.
+    pub peak: f64,
+    /// Bytes of tokens the bucket holds.
+    pub burst: f64,
+}
+
 /// The parameters of a topology, identical on every rank of a job.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Model {
@@ -78,6 +92,8 @@ pub struct Model {
     pub inter: Link,
     /// Network links per host.
     pub nics: usize,
+    /// A token bucket on each network link (`None`: a plain link).
+    pub bucket: Option<Bucket>,
     /// Bytes per second one rank copies (into or out of a slot).
     pub copy: f64,
     /// Bytes per second one rank reduces (two inputs, one output).
@@ -118,6 +134,7 @@ impl Model {
         first_max: 32 << 10,
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
         nics: 1,
+        bucket: None,
         copy: 18e9,
         reduce: 13e9,
         step: 0.03e-6,

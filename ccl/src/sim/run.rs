@@ -18,6 +18,7 @@ pub struct Prediction {
 }
 
 /// A call to simulate.
+#[derive(Clone)]
 struct Sim<'a> {
     model: &'a Model,
     hosts: &'a Hosts,
@@ -46,9 +47,14 @@ struct Sim<'a> {
     fetch: Vec<f64>,
     /// Per rank: its network link (host × nics + local rank % nics).
     nic: Vec<usize>,
+    /// Bytes per second of each network link.
+    bw: f64,
     /// Per network link: when it is free, out and in.
     nic_out: Vec<f64>,
     nic_in: Vec<f64>,
+    /// Per network link: bytes it carries, out and in.
+    sent: Vec<f64>,
+    got: Vec<f64>,
     /// Arrival times of the first and last slots of messages not yet
     /// received, per (from, to, channel).
     wire: HashMap<(usize, usize, usize), VecDeque<(f64, f64)>>,
@@ -75,7 +81,9 @@ impl Sim<'_> {
             // the link carries the message once its first slot is ready,
             // and its last slot cannot leave before it is ready
             let (nf, nt) = (self.nic[from], self.nic[to]);
-            let bw = self.model.inter.bandwidth;
+            let bw = self.bw;
+            self.sent[nf] += bytes;
+            self.got[nt] += bytes;
             let slot = elems.min(self.slot) as f64 * self.elem / bw;
             let start = first.max(self.nic_out[nf]).max(self.nic_in[nt]);
             let end = (start + bytes / bw).max(last + slot);
@@ -280,12 +288,26 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         wake,
         fetch,
         nic,
+        bw: model.inter.bandwidth,
         nic_out: vec![0.0; links],
         nic_in: vec![0.0; links],
+        sent: vec![0.0; links],
+        got: vec![0.0; links],
         wire: HashMap::new(),
         waiting: HashMap::new(),
     };
-    let (seconds, steps) = sim.run()?;
+    let Some(bucket) = model.bucket else {
+        let (seconds, steps) = sim.run()?;
+        return Ok(Prediction { seconds, steps });
+    };
+    // links shaped by a token bucket, in a run of such calls: no faster
+    // than at its peak, nor than the busiest link's bytes at its rate; and
+    // the time at its rate less the idle time whose tokens the bucket holds
+    let (fast, _) = Sim { bw: bucket.peak, ..sim.clone() }.run()?;
+    let (slow, steps) = sim.run()?;
+    let rate = model.inter.bandwidth;
+    let busiest = sim.sent.iter().chain(&sim.got).fold(0.0f64, |a, &b| a.max(b));
+    let seconds = fast.max(busiest / rate).max(slow - bucket.burst / rate);
     Ok(Prediction { seconds, steps })
 }
 
@@ -403,6 +425,35 @@ mod tests {
         let as_if_alone = shared(fetch_at_copy(Model { shared_cached: cached.cached, ..cached }));
         assert!(as_if_alone < kept && kept < spilt, "{as_if_alone} < {kept} < {spilt}");
         assert_eq!(spilt, shared(fetch_at_copy(Model { shared_cached: 1.0, ..cached })), "no speed-up of 1");
+    }
+
+    #[test]
+    fn a_token_bucket_passes_small_calls_at_its_peak_and_holds_large_ones_to_its_rate() {
+        // 4 hosts of one rank, links of 0.1 GB/s shaped by a 1 MiB bucket
+        // that sends at 10 GB/s while it lasts
+        let hosts = Hosts::blocks(&[1; 4]);
+        let rate = 0.1e9;
+        let plain = model(rate * 8.0 / 1e9);
+        let bucket = |burst: f64| Model { bucket: Some(crate::sim::Bucket { peak: 10e9, burst }), ..plain };
+        let peak = model(80.0);
+        let t = |count: usize, algo: Algo, m: &Model| time(Coll::AllReduce, algo, count, &hosts, m);
+        // a few bytes: as fast as at its peak
+        for algo in [Algo::Ring, Algo::RecursiveDoubling] {
+            assert_eq!(t(4, algo, &bucket(1e6)), t(4, algo, &peak), "{algo}");
+        }
+        // 16 KiB a call (ring: 24 KiB out of every host): its rate, on
+        // average, which the latencies between a call's steps do not add to
+        let wire = 2.0 * 3.0 / 4.0 * (16 << 10) as f64 / rate;
+        let (shaped, small) = (t(4 << 10, Algo::Ring, &bucket(1e6)), t(4 << 10, Algo::Ring, &plain));
+        assert!((shaped - wire).abs() < 1e-9 && small > wire + 5.0 * plain.inter.latency, "{shaped} {wire} {small}");
+        // far more than the bucket holds: the plain link's time, less the
+        // bucket's worth of it at most
+        let count = 16 << 20;
+        let (shaped, rated) = (t(count, Algo::Ring, &bucket(1e6)), t(count, Algo::Ring, &plain));
+        assert!(shaped <= rated && shaped >= rated - 1e6 / rate, "{shaped} {rated}");
+        // a bucket of a byte: a plain link
+        let tiny = t(4 << 10, Algo::Ring, &bucket(1.0));
+        assert!((tiny - small).abs() < 1e-7, "{tiny} {small}");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! a rank's copies and reductions (see `ccl/topologies/`).
 
 use ccl::algo::Coll;
-use ccl::sim::{Call, Link, Model};
+use ccl::sim::{Bucket, Call, Link, Model};
 use ccl::topo::Hosts;
 use ccl::tune::predictions;
 use ccl_examples::{busbw_factor, parse_bytes};
@@ -119,6 +119,14 @@ struct InterSpec {
     bandwidth_gb_s: f64,
     #[serde(default = "one")]
     nics: usize,
+    /// KiB of a token bucket shaping each link, as tc tbf's burst (absent:
+    /// a plain link); `bandwidth_gb_s` is then its rate.
+    #[serde(default)]
+    burst_kib: f64,
+    /// GB/s of a shaped link while its bucket has tokens: the link's own
+    /// speed (needed with `burst_kib`).
+    #[serde(default)]
+    peak_gb_s: f64,
 }
 
 fn one() -> usize {
@@ -172,6 +180,16 @@ fn link(latency_us: f64, bandwidth_gb_s: f64) -> Link {
     Link { latency: latency_us * 1e-6, bandwidth: bandwidth_gb_s * 1e9 }
 }
 
+fn bucket(inter: &InterSpec) -> Result<Option<Bucket>, String> {
+    match (inter.burst_kib, inter.peak_gb_s) {
+        (0.0, _) => Ok(None),
+        (b, p) if b > 0.0 && p > 0.0 => Ok(Some(Bucket { peak: p * 1e9, burst: b * 1024.0 })),
+        (b, p) => Err(format!(
+            "[inter]: a token bucket needs burst_kib > 0 and peak_gb_s > 0 (got burst_kib = {b}, peak_gb_s = {p})"
+        )),
+    }
+}
+
 fn run(a: &Args) -> Result<(), String> {
     let text = std::fs::read_to_string(&a.topology).map_err(|e| format!("{}: {e}", a.topology.display()))?;
     let t: Topology = toml::from_str(&text).map_err(|e| format!("{}: {e}", a.topology.display()))?;
@@ -189,6 +207,7 @@ fn run(a: &Args) -> Result<(), String> {
         first_max: (t.intra.first_slot_kib * 1024.0) as usize,
         inter: link(t.inter.latency_us, t.inter.bandwidth_gb_s),
         nics: t.inter.nics.max(1),
+        bucket: bucket(&t.inter).map_err(|e| format!("{}: {e}", a.topology.display()))?,
         copy: t.rank.copy_gb_s * 1e9,
         reduce: t.rank.reduce_gb_s * 1e9,
         step: t.rank.step_us * 1e-6,
@@ -218,10 +237,15 @@ fn run(a: &Args) -> Result<(), String> {
     );
     outln!(
         o,
-        "#   inside a host {}; network {} x {}; rank copy {:.0} GB/s, reduce {:.0} GB/s",
+        "#   inside a host {}; network {} x {}{}; rank copy {:.0} GB/s, reduce {:.0} GB/s",
         model.intra,
         model.nics,
         model.inter,
+        model.bucket.map_or(String::new(), |b| format!(
+            " (token bucket of {:.0} KiB, {:.2} GB/s while it lasts)",
+            b.burst / 1024.0,
+            b.peak / 1e9
+        )),
         model.copy / 1e9,
         model.reduce / 1e9
     );

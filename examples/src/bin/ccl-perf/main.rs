@@ -42,6 +42,10 @@ struct Args {
     /// Untimed iterations first
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     warmup: usize,
+    /// Then warm up for about this long too (ms; for example to drain the
+    /// token bucket of a shaped link, so that the timed calls see its rate)
+    #[arg(long = "warmup_ms", alias = "warmup-ms", default_value_t = 0.0)]
+    warmup_ms: f64,
     /// Check results (1) or not (0)
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     check: u8,
@@ -293,6 +297,17 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         for _ in 0..self.a.warmup {
             call()?;
         }
+        if self.a.warmup_ms > 0.0 {
+            // as many calls as fill the time at the slowest rank's pace: every rank makes as many
+            let t = Instant::now();
+            call()?;
+            let calls = (self.a.warmup_ms * 1e-3 / t.elapsed().as_secs_f64().max(1e-7)).ceil();
+            let mut more = [calls as u64];
+            self.g.typed::<u64>().all_reduce(&mut more, Min)?;
+            for _ in 1..more[0] {
+                call()?;
+            }
+        }
         self.g.barrier()?;
         let t = Instant::now();
         for _ in 0..self.a.iters.max(1) {
@@ -398,6 +413,10 @@ fn main() -> ccl::Result<()> {
         eprintln!("ccl-perf: unknown collective {:?}", a.coll);
         std::process::exit(2);
     };
+    if a.warmup_ms != 0.0 && (a.backend != "ccl" || !a.warmup_ms.is_finite() || a.warmup_ms < 0.0) {
+        eprintln!("ccl-perf: --warmup_ms takes a time in ms, with the ccl backend only (got {})", a.warmup_ms);
+        std::process::exit(2);
+    }
     match a.backend.as_str() {
         "ccl" | "socket" => {}
         #[cfg(feature = "mpi")]
