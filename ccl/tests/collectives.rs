@@ -95,6 +95,10 @@ fn every_algorithm_writing_slots_around_the_cache() {
     for algo in [Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::TreeRing] {
         run_matrix(&[2, 3, 4], Config { slot_stores: SlotStores::Around, ..config(Some(algo), 1) });
     }
+    // and both: the ring's fused steps store each reduced piece twice
+    // around the cache, into the output and into the slot
+    let both = Config { slot_stores: SlotStores::Around, nt_stores_min: Some(1), ..config(Some(Algo::Ring), 1) };
+    run_matrix(&[2, 3, 4], both);
 }
 
 #[test]

@@ -21,7 +21,7 @@ mod stream;
 
 pub use arith::Arith;
 pub use bitwise::Bitwise;
-pub use stream::copy_around_cache;
+pub use stream::{copy_around_cache, copy_around_cache_unfenced, fence_streams};
 
 /// Arithmetic reductions every element type supports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

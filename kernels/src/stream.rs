@@ -10,6 +10,14 @@
 /// stores where the CPU has them (x86-64), then fences, so the copy is
 /// ordered before any later store (a slot's publication, for one).
 pub fn copy_around_cache<T: Copy>(dst: &mut [T], src: &[T]) {
+    copy_around_cache_unfenced(dst, src);
+    fence_streams();
+}
+
+/// [`copy_around_cache`] without the fence: for a run of copies that
+/// [`fence_streams`] orders once, at its end. Until then, later stores
+/// may become visible to other cores before these.
+pub fn copy_around_cache_unfenced<T: Copy>(dst: &mut [T], src: &[T]) {
     let n = dst.len().min(src.len());
     let (dst, src) = (&mut dst[..n], &src[..n]);
     #[cfg(target_arch = "x86_64")]
@@ -52,9 +60,19 @@ mod x86 {
         let done = head + 16 * blocks;
         // SAFETY: the remaining `bytes - done` bytes, as above.
         unsafe { std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), bytes - done) };
-        // SAFETY: a fence has no memory operands.
+    }
+
+    /// Orders the streaming stores before all later stores.
+    pub fn fence() {
+        // SAFETY: a fence has no memory operands; SSE is part of x86-64.
         unsafe { _mm_sfence() };
     }
+}
+
+/// Orders every streaming store of this thread before its later stores.
+pub fn fence_streams() {
+    #[cfg(target_arch = "x86_64")]
+    x86::fence();
 }
 
 #[cfg(test)]

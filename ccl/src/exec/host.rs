@@ -70,18 +70,25 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
             Step::RecvReduceSend { src, .. } => reduce3::<T, O>(to_slot, slot_out, mem(at(src)), slot_in),
             Step::RecvReduceCopySend { src, dst, .. } => {
-                // the output through the cache even when large: the copy
-                // into the slot reads it straight back
                 let (s, d) = (at(src), at(dst));
-                if s == d {
-                    O::reduce_into(mem_mut(d), slot_in);
+                if s != d && around(d) && !lends {
+                    // a large output around the cache, and the slot's copy
+                    // from each reduced piece while it is still in L1
+                    reduce3_around_cache::<T, O>(mem_mut(d), mem(s), slot_in, Some((slot_out, to_slot)));
                 } else {
-                    O::reduce3(mem_mut(d), mem(s), slot_in);
-                }
-                if lends {
-                    lent = Some(d);
-                } else {
-                    store(to_slot, slot_out, mem(d));
+                    // else the output through the cache even when large:
+                    // the copy into the slot (or a lending send) reads it
+                    // straight back
+                    if s == d {
+                        O::reduce_into(mem_mut(d), slot_in);
+                    } else {
+                        O::reduce3(mem_mut(d), mem(s), slot_in);
+                    }
+                    if lends {
+                        lent = Some(d);
+                    } else {
+                        store(to_slot, slot_out, mem(d));
+                    }
                 }
             }
             Step::RecvCopySend { dst, .. } if landed => {
@@ -130,29 +137,85 @@ pub(crate) fn store<T: Copy>(around: bool, dst: &mut [T], src: &[T]) {
 /// `dst = a ⊕ b`, written `around` the cache or through it.
 fn reduce3<T: Reduce, O: ReduceOp<T>>(around: bool, dst: &mut [T], a: &[T], b: &[T]) {
     if around {
-        reduce3_around_cache::<T, O>(dst, a, b)
+        reduce3_around_cache::<T, O>(dst, a, b, None)
     } else {
         O::reduce3(dst, a, b)
     }
 }
 
-/// `dst = a ⊕ b` with `dst` written around the cache: reduced a few KiB
-/// at a time into a buffer that stays in L1, then streamed out.
-fn reduce3_around_cache<T: Reduce, O: ReduceOp<T>>(dst: &mut [T], a: &[T], b: &[T]) {
+/// `dst = a ⊕ b` with `dst` written around the cache, and the same into
+/// `copy` if given (around the cache too if its flag says): reduced a few
+/// KiB at a time into a buffer that stays in L1, then stored from there.
+fn reduce3_around_cache<T: Reduce, O: ReduceOp<T>>(
+    dst: &mut [T],
+    a: &[T],
+    b: &[T],
+    mut copy: Option<(&mut [T], bool)>,
+) {
     #[repr(C, align(64))]
     struct Chunk([u8; 4096]);
     let per = 4096 / std::mem::size_of::<T>();
     if per == 0 {
-        return O::reduce3(dst, a, b);
+        O::reduce3(dst, a, b);
+        if let Some((c, around)) = copy {
+            store(around, c, dst);
+        }
+        return;
     }
     let mut c = Chunk([0; 4096]);
     // SAFETY: 4096 initialised bytes, 64-byte aligned (a `T` is aligned to
     // at most 64, checked in `Exec::new`), hold `per` elements; every bit
     // pattern is a valid `T` (the `Reduce` contract).
     let tmp = unsafe { std::slice::from_raw_parts_mut(c.0.as_mut_ptr() as *mut T, per) };
-    for ((d, x), y) in dst.chunks_mut(per).zip(a.chunks(per)).zip(b.chunks(per)) {
+    for (i, ((d, x), y)) in dst.chunks_mut(per).zip(a.chunks(per)).zip(b.chunks(per)).enumerate() {
         let t = &mut tmp[..d.len()];
         O::reduce3(t, x, y);
-        ccl_kernels::copy_around_cache(d, t);
+        ccl_kernels::copy_around_cache_unfenced(d, t);
+        if let Some((c, around)) = copy.as_mut() {
+            let c = &mut c[i * per..i * per + t.len()];
+            if *around {
+                ccl_kernels::copy_around_cache_unfenced(c, t);
+            } else {
+                c.copy_from_slice(t);
+            }
+        }
+    }
+    // one fence for the whole run: one a piece stalled each for the
+    // streaming stores before it to drain
+    ccl_kernels::fence_streams();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Max, Sum};
+
+    fn check<T: Reduce + PartialEq + std::fmt::Debug, O: ReduceOp<T>>(
+        draw: impl Fn(usize) -> T,
+        op: impl Fn(T, T) -> T,
+    ) {
+        // one piece, several, and a short last one; none at all
+        for n in [0, 1, 1000, 1024, 1025, 5000] {
+            let a: Vec<T> = (0..n).map(&draw).collect();
+            let b: Vec<T> = (0..n).map(|i| draw(i * 7 + n)).collect();
+            let want: Vec<T> = a.iter().zip(&b).map(|(&x, &y)| op(x, y)).collect();
+            for copy in [None, Some(false), Some(true)] {
+                let (mut dst, mut slot) = (vec![draw(1); n], vec![draw(2); n]);
+                reduce3_around_cache::<T, O>(&mut dst, &a, &b, copy.map(|around| (&mut slot[..], around)));
+                assert_eq!(dst, want, "{n} elements, copy {copy:?}");
+                if copy.is_some() {
+                    assert_eq!(slot, want, "{n} elements, copy {copy:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reducing_around_the_cache_writes_the_output_and_the_copy() {
+        let seed = rand::random::<u64>();
+        let draw = move |i: usize| (seed.wrapping_mul(i as u64 + 1) >> 40) as f32;
+        check::<f32, Sum>(draw, |x, y| x + y);
+        check::<u8, Max>(move |i| (seed >> (i % 56)) as u8, |x, y| x.max(y));
+        check::<f64, Sum>(move |i| draw(i) as f64 * 0.5, |x, y| x + y);
     }
 }
