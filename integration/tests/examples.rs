@@ -87,6 +87,7 @@ fn ccl_perf_socket_backend_and_memcpy_yardstick() {
 fn ccl_perf_warms_up_for_a_time_with_its_own_backend_only() {
     let out = run(2, "ccl-perf", &["-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "--warmup_ms", "5"]);
     assert_eq!(out.lines().filter(|l| !l.starts_with('#')).count(), 4, "{out}");
+    assert!(out.contains("1 warmup and 5 ms"), "{out}");
     for args in [&["--warmup_ms=-1"][..], &["--warmup_ms", "NaN"], &["--backend", "socket", "--warmup_ms", "5"]] {
         let o = Command::new(bin("ccl-perf")).args(args).output().expect("ccl-perf");
         let err = String::from_utf8_lossy(&o.stderr);

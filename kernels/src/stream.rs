@@ -149,7 +149,7 @@ mod tests {
                     unsafe { copy(dst[off..].as_mut_ptr(), src.as_ptr(), len) };
                     assert_eq!(&dst[off..off + len], &src[..len], "{way}: offset {off}, {len} bytes");
                     let rest = dst[..off].iter().chain(&dst[off + len..]);
-                    assert!(rest.into_iter().all(|&b| b == 0xAA), "{way}: nothing else written");
+                    assert!(rest.copied().all(|b| b == 0xAA), "{way}: nothing else written");
                 }
             }
         }

@@ -453,7 +453,7 @@ fn main() -> ccl::Result<()> {
     if g.rank() == 0 {
         let hosts = g.hosts().groups().len();
         println!(
-            "# ccl-perf: {} on {} ranks ({} host{}), {} {}, {} .. {} bytes ×{}, {} iters, {} warmup, algo {}",
+            "# ccl-perf: {} on {} ranks ({} host{}), {} {}, {} .. {} bytes ×{}, {} iters, {} warmup{}, algo {}",
             coll.name(),
             g.size(),
             hosts,
@@ -465,6 +465,7 @@ fn main() -> ccl::Result<()> {
             a.factor,
             a.iters,
             a.warmup,
+            if a.warmup_ms > 0.0 { format!(" and {} ms", a.warmup_ms) } else { String::new() },
             a.algo.as_deref().unwrap_or("auto")
         );
     }
