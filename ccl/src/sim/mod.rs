@@ -131,7 +131,7 @@ impl Model {
     pub const DEFAULT: Model = Model {
         intra: Link { latency: 0.14e-6, bandwidth: 80e9 },
         first_slot: 60e9,
-        first_max: 32 << 10,
+        first_max: 16 << 10,
         inter: Link { latency: 30e-6, bandwidth: 1.1e9 },
         nics: 1,
         bucket: None,
