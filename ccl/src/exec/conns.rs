@@ -151,8 +151,7 @@ impl Conns {
     /// Whether any connection is a socket: polling one is a system call,
     /// not a look at memory.
     pub fn any_socket(&self) -> bool {
-        self.sends.iter().any(|s| matches!(s, SendConn::Tcp(_)))
-            || self.recvs.iter().any(|r| matches!(r, RecvConn::Tcp(_)))
+        self.sends.iter().any(SendConn::is_socket) || self.recvs.iter().any(RecvConn::is_socket)
     }
 
     /// This rank's doorbell.

@@ -147,6 +147,12 @@ impl SendConn {
         matches!(self, SendConn::Tcp(_))
     }
 
+    /// Whether polling this end is a system call (a socket), not a look at
+    /// memory.
+    pub fn is_socket(&self) -> bool {
+        matches!(self, SendConn::Tcp(_))
+    }
+
     /// Sends `bytes` bytes at `p` as the next message without copying them
     /// into a slot. The slot [`reserve`](Self::reserve) returned goes back,
     /// or with `hold` stays held for the message until it is sent, so that
@@ -285,6 +291,12 @@ impl RecvConn {
     /// memory ([`post_into`](Self::post_into)): sockets, whose kernel
     /// copies the bytes in anyway, so a slot would only add a copy.
     pub fn lands(&self) -> bool {
+        matches!(self, RecvConn::Tcp(_))
+    }
+
+    /// Whether polling this end is a system call (a socket), not a look at
+    /// memory.
+    pub fn is_socket(&self) -> bool {
         matches!(self, RecvConn::Tcp(_))
     }
 
