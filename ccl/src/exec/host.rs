@@ -69,26 +69,24 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 }
             }
             Step::RecvReduceSend { src, .. } => reduce3::<T, O>(to_slot, slot_out, mem(at(src)), slot_in),
+            // a large output around the cache, and the slot's copy from
+            // each reduced piece while it is still in L1
+            Step::RecvReduceCopySend { src, dst, .. } if !lends && at(src) != at(dst) && around(at(dst)) => {
+                reduce3_around_cache::<T, O>(mem_mut(at(dst)), mem(at(src)), slot_in, Some((slot_out, to_slot)))
+            }
             Step::RecvReduceCopySend { src, dst, .. } => {
+                // else the output through the cache even when large: the
+                // copy into the slot (or a lending send) reads it back
                 let (s, d) = (at(src), at(dst));
-                if s != d && around(d) && !lends {
-                    // a large output around the cache, and the slot's copy
-                    // from each reduced piece while it is still in L1
-                    reduce3_around_cache::<T, O>(mem_mut(d), mem(s), slot_in, Some((slot_out, to_slot)));
+                if s == d {
+                    O::reduce_into(mem_mut(d), slot_in);
                 } else {
-                    // else the output through the cache even when large:
-                    // the copy into the slot (or a lending send) reads it
-                    // straight back
-                    if s == d {
-                        O::reduce_into(mem_mut(d), slot_in);
-                    } else {
-                        O::reduce3(mem_mut(d), mem(s), slot_in);
-                    }
-                    if lends {
-                        lent = Some(d);
-                    } else {
-                        store(to_slot, slot_out, mem(d));
-                    }
+                    O::reduce3(mem_mut(d), mem(s), slot_in);
+                }
+                if lends {
+                    lent = Some(d);
+                } else {
+                    store(to_slot, slot_out, mem(d));
                 }
             }
             Step::RecvCopySend { dst, .. } if landed => {
@@ -127,8 +125,17 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 
 /// `dst = src`, written `around` the cache or through it.
 pub(crate) fn store<T: Copy>(around: bool, dst: &mut [T], src: &[T]) {
+    store_unfenced(around, dst, src);
     if around {
-        ccl_kernels::copy_around_cache(dst, src)
+        ccl_kernels::fence_streams();
+    }
+}
+
+/// [`store`] without ordering streamed stores before later ones: for a run
+/// of stores that [`ccl_kernels::fence_streams`] then orders once.
+fn store_unfenced<T: Copy>(around: bool, dst: &mut [T], src: &[T]) {
+    if around {
+        ccl_kernels::copy_around_cache_unfenced(dst, src)
     } else {
         dst.copy_from_slice(src)
     }
@@ -172,12 +179,7 @@ fn reduce3_around_cache<T: Reduce, O: ReduceOp<T>>(
         O::reduce3(t, x, y);
         ccl_kernels::copy_around_cache_unfenced(d, t);
         if let Some((c, around)) = copy.as_mut() {
-            let c = &mut c[i * per..i * per + t.len()];
-            if *around {
-                ccl_kernels::copy_around_cache_unfenced(c, t);
-            } else {
-                c.copy_from_slice(t);
-            }
+            store_unfenced(*around, &mut c[i * per..i * per + t.len()], t);
         }
     }
     // one fence for the whole run: one a piece stalled each for the
