@@ -162,11 +162,10 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
             let count: usize = w[1].parse().expect("count");
             let (slot, chunk) = ccl::tune::cut(count, 4, ring);
             let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
-            // the tuner's choice, made out of place, and its time as asked
-            let call =
-                Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk, slot, in_place: false };
-            let (algo, _) = ccl::tune::predictions(&call, &hosts, &model)[0];
-            let ours = ccl::tune::predictions(&Call { in_place, ..call }, &hosts, &model);
+            // the tuner's choice, and its time as asked
+            let call = Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk, slot, in_place };
+            let (algo, _) = ccl::tune::ranked(&call, &hosts, &model)[0];
+            let ours = ccl::tune::predictions(&call, &hosts, &model);
             let &(_, secs) = ours.iter().find(|t| t.0 == algo).expect("the chosen one timed");
             assert_eq!(pick, algo.name(), "{ranks} ranks, in place {in_place}: {row}");
             assert!(

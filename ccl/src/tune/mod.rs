@@ -195,7 +195,7 @@ impl Tuner {
     /// `CCL_DEBUG=INFO` says what it chose and why.
     fn predict_best(&self, call: &Call, hosts: &Hosts, cfg: &Config) -> Algo {
         let model = self.model();
-        let times = predictions(call, hosts, &model);
+        let times = ranked(call, hosts, &model);
         let &Call { coll, count, elem, channels, chunk, slot, .. } = call;
         let best = times.first().map_or(coll.algos()[0], |t| t.0);
         if self.loud && cfg.debug >= LogLevel::Info {
@@ -237,6 +237,13 @@ pub fn predictions(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)
         .collect();
     pick_first(call.coll.algos(), &mut times);
     times
+}
+
+/// The tuner's ranking for `call`: its [`predictions`] timed out of place,
+/// whatever `call.in_place` says (see the module's notes); the first is
+/// the tuner's choice for the call, in place or not.
+pub fn ranked(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    predictions(&Call { in_place: false, ..*call }, hosts, model)
 }
 
 /// Sorts `times` fastest first, then moves to the front the algorithm

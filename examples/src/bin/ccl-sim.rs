@@ -12,18 +12,12 @@
 use ccl::algo::Coll;
 use ccl::sim::{Bucket, Call, Link, Model};
 use ccl::topo::Hosts;
-use ccl::tune::predictions;
+use ccl::tune::{predictions, ranked};
 use ccl_examples::{busbw_factor, parse_bytes};
 use clap::Parser;
 use serde::Deserialize;
 use std::io::Write;
 use std::path::PathBuf;
-
-/// The algorithm ccl's tuner chooses for `call`, in place or not: the
-/// fastest out of place.
-fn tuned(call: &Call, hosts: &Hosts, model: &Model) -> Option<ccl::algo::Algo> {
-    predictions(&Call { in_place: false, ..*call }, hosts, model).first().map(|t| t.0)
-}
 
 /// `write!` to the table's output; a closed pipe ends the program quietly.
 macro_rules! out {
@@ -292,7 +286,8 @@ fn run(a: &Args) -> Result<(), String> {
             }
         }
         // the tuner times calls out of place, and keeps its choice for in-place ones
-        let chosen = if a.in_place { tuned(&call, &hosts, &model) } else { times.first().map(|t| t.0) };
+        let chosen =
+            if a.in_place { ranked(&call, &hosts, &model).first().map(|t| t.0) } else { times.first().map(|t| t.0) };
         match chosen.and_then(|c| times.iter().find(|t| t.0 == c)) {
             Some((pick, secs)) => outln!(o, " {:>10} {:>12.1}", pick.name(), secs * 1e6),
             None => outln!(o),
