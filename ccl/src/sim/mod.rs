@@ -140,7 +140,7 @@ impl Model {
         step: 0.03e-6,
         call: 0.04e-6,
         cores: 0,
-        switch: 8e-6,
+        switch: 7e-6,
         cache: 24.0 * (1 << 20) as f64,
         cached: 3.0,
         shared_cached: 2.2,
