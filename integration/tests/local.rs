@@ -220,7 +220,7 @@ fn cpu_list(s: &str) -> Vec<usize> {
 }
 
 #[test]
-fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
+fn bind_to_core_pins_ranks_in_local_rank_order_none_leaves_them_and_auto_pins_only_beyond_the_cpus() {
     let allowed = cpu_list(&cpus_allowed_here());
     let show = ["--tag-output", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"];
     let per_rank_of = |np: usize, bind: Option<&str>| -> Vec<Vec<usize>> {
@@ -251,9 +251,17 @@ fn bind_to_core_pins_ranks_in_local_rank_order_and_none_leaves_them() {
     for (r, cpus) in per_rank_of(np, Some("none")).iter().enumerate() {
         assert_eq!(cpus, &allowed, "rank {r} unpinned");
     }
-    // by default not at all, even when every rank could have a CPU of its own
+    // by default not at all while every rank could have a CPU of its own
+    // (jobs side by side would share the first ones), as `core` beyond
     for (r, cpus) in per_rank_of(allowed.len(), None).iter().enumerate() {
         assert_eq!(cpus, &allowed, "rank {r} of {} by default", allowed.len());
+    }
+    let np = 2 * allowed.len() + 1;
+    for (r, cpus) in per_rank_of(np, None).iter().enumerate() {
+        assert_eq!(cpus, &vec![allowed[r * allowed.len() / np]], "rank {r} of {np} by default");
+    }
+    for (r, cpus) in per_rank_of(allowed.len(), Some("auto")).iter().enumerate() {
+        assert_eq!(cpus, &allowed, "rank {r} of {} with auto", allowed.len());
     }
     // a pinned rank sees one CPU; cclrun tells it how many the host gives the job
     let o = run(&["-np", "1", "--bind-to", "core", "sh", "-c", "echo $CCL_HOST_CPUS"]);

@@ -50,10 +50,14 @@ pub struct HostJob {
 /// How a host's ranks are pinned to CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum Bind {
-    /// Not at all: the kernel places them.
+    /// As `core` on a host where the job's ranks outnumber the CPUs the
+    /// launcher may use, as `none` elsewhere.
     #[default]
+    Auto,
+    /// Not at all: the kernel places them.
     None,
-    /// Local rank i to the i-th CPU the launcher may use (wrapping).
+    /// Local rank i to the i-th CPU the launcher may use, in contiguous
+    /// blocks when ranks outnumber CPUs.
     Core,
 }
 
