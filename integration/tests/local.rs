@@ -251,17 +251,19 @@ fn bind_to_core_pins_ranks_in_local_rank_order_none_leaves_them_and_auto_pins_on
     for (r, cpus) in per_rank_of(np, Some("none")).iter().enumerate() {
         assert_eq!(cpus, &allowed, "rank {r} unpinned");
     }
-    // by default not at all while every rank could have a CPU of its own
-    // (jobs side by side would share the first ones), as `core` beyond
-    for (r, cpus) in per_rank_of(allowed.len(), None).iter().enumerate() {
-        assert_eq!(cpus, &allowed, "rank {r} of {} by default", allowed.len());
+    // by default (auto) not at all while every rank could have a CPU of its
+    // own (jobs side by side would share the first ones), nor beyond where
+    // the ranks do not split evenly over the CPUs; as `core` where they do
+    for np in [allowed.len(), 2 * allowed.len() + 1] {
+        for (r, cpus) in per_rank_of(np, None).iter().enumerate() {
+            assert_eq!(cpus, &allowed, "rank {r} of {np} by default");
+        }
     }
-    let np = 2 * allowed.len() + 1;
-    for (r, cpus) in per_rank_of(np, None).iter().enumerate() {
-        assert_eq!(cpus, &vec![allowed[r * allowed.len() / np]], "rank {r} of {np} by default");
-    }
-    for (r, cpus) in per_rank_of(allowed.len(), Some("auto")).iter().enumerate() {
-        assert_eq!(cpus, &allowed, "rank {r} of {} with auto", allowed.len());
+    let np = 2 * allowed.len();
+    for bind in [None, Some("auto")] {
+        for (r, cpus) in per_rank_of(np, bind).iter().enumerate() {
+            assert_eq!(cpus, &vec![allowed[r * allowed.len() / np]], "rank {r} of {np}, {bind:?}");
+        }
     }
     // a pinned rank sees one CPU; cclrun tells it how many the host gives the job
     let o = run(&["-np", "1", "--bind-to", "core", "sh", "-c", "echo $CCL_HOST_CPUS"]);

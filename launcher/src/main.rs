@@ -51,9 +51,9 @@ struct Cli {
     /// local-rank order (with more ranks than CPUs, neighbouring ranks share
     /// one: contiguous blocks), as mpirun's `--bind-to core`; `none` leaves
     /// placement to the kernel; `auto` pins as `core` on hosts with more of
-    /// the job's ranks than CPUs, where the kernel's placement varies from
-    /// run to run, and as `none` elsewhere (jobs side by side on one machine
-    /// would otherwise share the same first CPUs)
+    /// the job's ranks than CPUs, a multiple of them (where the kernel's
+    /// placement varies from run to run), and as `none` elsewhere (jobs side
+    /// by side on one machine would otherwise share the same first CPUs)
     #[arg(long = "bind-to", value_enum, default_value = "auto")]
     bind_to: cclrun::proto::Bind,
     /// End the whole job after SECS seconds (exit code 124)

@@ -51,7 +51,7 @@ pub struct HostJob {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum Bind {
     /// As `core` on a host where the job's ranks outnumber the CPUs the
-    /// launcher may use, as `none` elsewhere.
+    /// launcher may use and split evenly over them, as `none` elsewhere.
     #[default]
     Auto,
     /// Not at all: the kernel places them.
