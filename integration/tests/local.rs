@@ -220,7 +220,7 @@ fn cpu_list(s: &str) -> Vec<usize> {
 }
 
 #[test]
-fn bind_to_core_pins_ranks_in_local_rank_order_none_leaves_them_and_auto_pins_only_beyond_the_cpus() {
+fn bind_to_core_pins_in_local_rank_order_none_leaves_ranks_and_auto_pins_only_even_oversubscription() {
     let allowed = cpu_list(&cpus_allowed_here());
     let show = ["--tag-output", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"];
     let per_rank_of = |np: usize, bind: Option<&str>| -> Vec<Vec<usize>> {
