@@ -27,9 +27,16 @@ fn correct(o: &Output, np: usize) {
     assert_eq!(out.matches("all collectives correct").count(), np, "{out}\n{err}");
 }
 
+/// A port free now and below Linux's ephemeral range (32768-60999 by
+/// default), so that the listeners mpirun opens for itself, on ports the
+/// kernel picks from that range, cannot take it before rank 0 binds it
+/// (a port the kernel had picked once was taken so: "rendezvous bind
+/// 0.0.0.0:46407: Address already in use").
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    (0..1000)
+        .map(|_| rand::Rng::gen_range(&mut rand::thread_rng(), 20000..32000))
+        .find(|&p| std::net::TcpListener::bind(("0.0.0.0", p)).is_ok())
+        .expect("a free port in 20000-32000")
 }
 
 #[test]
