@@ -144,7 +144,7 @@ impl SendConn {
     /// ([`lend`](Self::lend)): sockets, whose kernel copies the bytes out
     /// anyway, so a slot would only add a copy.
     pub fn lends(&self) -> bool {
-        matches!(self, SendConn::Tcp(_))
+        self.is_socket()
     }
 
     /// Whether polling this end is a system call (a socket), not a look at
@@ -291,7 +291,7 @@ impl RecvConn {
     /// memory ([`post_into`](Self::post_into)): sockets, whose kernel
     /// copies the bytes in anyway, so a slot would only add a copy.
     pub fn lands(&self) -> bool {
-        matches!(self, RecvConn::Tcp(_))
+        self.is_socket()
     }
 
     /// Whether polling this end is a system call (a socket), not a look at
