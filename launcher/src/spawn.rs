@@ -130,11 +130,12 @@ pub fn spawn(job: &HostJob, program: &Path, tx: &Sender<Event>, stop: &dyn Fn() 
     let ranks = Ranks { live: live.clone() };
     let parent = std::process::id() as libc::pid_t;
     let allowed = allowed_cpus();
-    let cpus = match job.bind {
-        Bind::Core => allowed.clone(),
-        Bind::Auto if evenly_oversubscribed(job.ranks.len(), allowed.len()) => allowed.clone(),
-        Bind::Auto | Bind::None => Vec::new(),
+    let pinned = match job.bind {
+        Bind::Core => true,
+        Bind::Auto => evenly_oversubscribed(job.ranks.len(), allowed.len()),
+        Bind::None => false,
     };
+    let cpus: &[usize] = if pinned { &allowed } else { &[] };
     for r in &job.ranks {
         if stop() {
             // interrupted while starting many ranks: end the ones started
