@@ -324,16 +324,20 @@ fn a_signal_while_ranks_start_ends_the_job_cleanly() {
     std::thread::sleep(Duration::from_millis(400));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let launcher = c.id();
     let st = c.wait().expect("wait");
     assert_eq!(st.code(), Some(143));
     let deadline = Instant::now() + Duration::from_secs(20);
+    // this job's ranks only: other tests run `fault hang` jobs alongside
+    let ours = format!("CCL_LAUNCHER_PID={launcher}");
     let fault_procs = || {
         std::fs::read_dir("/proc")
             .map(|d| {
                 d.flatten()
                     .filter(|e| {
-                        std::fs::read_to_string(e.path().join("cmdline"))
-                            .is_ok_and(|c| c.starts_with(FAULT) && c.contains("hang"))
+                        std::fs::read_to_string(e.path().join("cmdline")).is_ok_and(|c| c.starts_with(FAULT))
+                            && std::fs::read(e.path().join("environ"))
+                                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == ours.as_bytes()))
                     })
                     .count()
             })
