@@ -11,14 +11,19 @@
 //! the cache holds, comes from memory at the speed of a copy); between
 //! hosts, every host has `nics` network links (a rank uses link `local
 //! rank % nics`, as NCCL pairs GPUs with NICs), each direction of which
-//! carries one message at a time, so concurrent transfers share it. Every rank has
-//! one progress thread: its local work (copying into and out of slots,
-//! reducing) is serial across its channels, which it serves in the order
-//! they became ready. A step's message moves slot by slot, as the executor
-//! moves it: the receiver starts on the first slot and forwards it while
-//! the next arrives, and ends one slot's work after the last. Slots are
-//! taken as plentiful (the verifier has already shown the schedules cannot
-//! deadlock on them).
+//! carries one message at a time, so concurrent transfers share it. Every
+//! rank has one progress thread: its local work (copying into and out of
+//! slots, reducing) is serial across its channels, which it serves in the
+//! order they became ready. Ranks of a host with more ranks than cores run
+//! slower for sharing them: where they split evenly over the cores, each
+//! by its core's work over its own, over a call of many pieces (a rank
+//! with less to do leaves the core to the others), else by ranks / cores.
+//! They get a core back to take a message; one wake-up takes what came
+//! for all their channels meanwhile. A step's message moves slot by slot,
+//! as the executor moves it: the receiver starts on the first slot and
+//! forwards it while the next arrives, and ends one slot's work after the
+//! last. Slots are taken as plentiful (the verifier has already shown the
+//! schedules cannot deadlock on them).
 //!
 //! The tuner picks the algorithm with the least predicted time; `ccl-sim`
 //! prints the predictions for a described cluster.
@@ -108,7 +113,8 @@ pub struct Model {
     /// Seconds of core time a rank spends, on a host with more ranks than
     /// cores, getting a core back to take a message (scaled by the share of
     /// the host's ranks without one: a hand-off there often costs a context
-    /// switch); the rank's other channels wait behind it.
+    /// switch); the rank's other channels wait behind it, and messages that
+    /// came for them before it had the core back come with it.
     pub switch: f64,
     /// Bytes of cache per host (0: none modelled).
     pub cache: f64,
@@ -143,7 +149,7 @@ impl Model {
         switch: 7e-6,
         cache: 24.0 * (1 << 20) as f64,
         cached: 3.0,
-        shared_cached: 2.2,
+        shared_cached: 1.9,
     };
 
     /// This model with `cores` cores per host.
