@@ -598,8 +598,9 @@ mod tests {
         // 4 ranks, no cache, fetching and hand-offs free: the time is the
         // ranks' work. On 2 cores a ring, whose ranks all work alike, takes
         // twice as long as with a core each; the double tree's inner ranks
-        // work about twice as hard as the others, and the rank beside each
-        // leaves it most of their core: less than twice
+        // work about twice as hard as the others, and the rank beside each,
+        // with less to do, leaves it the core most of the time: less than
+        // twice
         let free = Model {
             intra: Link { latency: 0.0, bandwidth: 1e15 },
             first_slot: 0.0,
