@@ -5,7 +5,7 @@ use super::{Call, Model};
 use crate::algo::part::npieces;
 use crate::algo::schedule::{Layout, Region, Step};
 use crate::algo::{generate, Algo, Params};
-use crate::topo::Hosts;
+use crate::topo::{cpu_of, evenly_oversubscribed, Hosts};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -174,18 +174,19 @@ impl Sim<'_> {
     /// 0.70-0.75x measured the whole way, 0.77-1.0x half of it).
     fn share_cores_by_work(&mut self, groups: &[Vec<usize>], count: usize, chunk: usize) {
         let cores = self.model.cores;
-        for g in groups {
-            if cores == 0 || g.len() <= cores || !g.len().is_multiple_of(cores) {
-                continue;
-            }
-            let per = g.len() / cores;
+        for g in groups.iter().filter(|g| evenly_oversubscribed(g.len(), cores)) {
             let own: Vec<f64> = g.iter().map(|&r| self.own_work(r)).collect();
+            let core_of = |l: usize| cpu_of(l, g.len(), cores);
+            let mut core = vec![0.0; cores];
+            for (l, w) in own.iter().enumerate() {
+                core[core_of(l)] += w;
+            }
+            let per = (g.len() / cores) as f64;
             for (l, &r) in g.iter().enumerate() {
-                let core: f64 = own[l / per * per..][..per].iter().sum();
                 if own[l] > 0.0 {
                     let pieces = npieces(count / self.sched[r].len().max(1), chunk) as f64;
                     let filled = 1.0 - 1.0 / pieces;
-                    self.slow[r] *= 1.0 + filled * (core / own[l] / per as f64 - 1.0);
+                    self.slow[r] *= 1.0 + filled * (core[core_of(l)] / own[l] / per - 1.0);
                 }
             }
         }
