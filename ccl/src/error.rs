@@ -149,6 +149,21 @@ pub enum ErrorKind {
     /// `abort()` was called on the communicator.
     #[error("the communicator was aborted")]
     Aborted,
+    /// A file in shared memory could not be given its space: `/dev/shm`
+    /// is smaller than the job needs.
+    #[error(
+        "{path} needs {need} bytes but /dev/shm has {free} free: give the job more shared memory \
+         (docker run --shm-size=1g, or a larger tmpfs on /dev/shm), or lower CCL_BUFFSIZE (slot memory \
+         per connection), or set CCL_SHM_DISABLE=1 to connect through sockets"
+    )]
+    ShmFull {
+        /// The file.
+        path: String,
+        /// Bytes it needs.
+        need: u64,
+        /// Bytes free in /dev/shm.
+        free: u64,
+    },
     /// A peer process or host is gone.
     #[error("lost rank {rank} on {host}: {why}")]
     PeerLost {

@@ -9,6 +9,7 @@
 
 use crate::proto::{self, Event, HostJob, Msg, Order};
 use crate::spawn;
+use ccl::transport::shm_file::JobFiles;
 use std::io::{BufRead, Write};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -67,7 +68,7 @@ pub fn main() -> i32 {
     drop(input); // the reader thread below takes stdin over
     ccl::transport::shm::Shm::sweep_stale();
     let id = job.env.iter().find(|(k, _)| k == "CCL_UNIQUE_ID");
-    let tag = id.and_then(|(_, v)| ccl::bootstrap::UniqueId::parse(v).ok()).map(|id| id.job_tag());
+    let files = id.and_then(|(_, v)| ccl::bootstrap::UniqueId::parse(v).ok()).map(|id| JobFiles::of(&id));
     let (tx, rx) = mpsc::channel::<Input>();
     let (ev_tx, ev_rx) = mpsc::channel::<Event>();
     // the agent's own start is short (one host's ranks); cclrun's signals arrive once it runs
@@ -110,8 +111,8 @@ pub fn main() -> i32 {
             }
             Ok(Input::Order(Order::Signal(sig))) => ranks.signal(sig),
             Ok(Input::Order(Order::Lost { host, ranks, why })) => {
-                if let Some(tag) = &tag {
-                    spawn::note_lost(tag, &ranks, &host, &why);
+                if let Some(files) = &files {
+                    spawn::note_lost(files, &ranks, &host, &why);
                 }
             }
             Ok(Input::Closed) if closed_at.is_none() => {
@@ -125,8 +126,8 @@ pub fn main() -> i32 {
             ranks.signal(libc::SIGKILL);
         }
     }
-    if let Some(tag) = &tag {
-        spawn::remove_shm_files(tag);
+    if let Some(files) = &files {
+        spawn::remove_shm_files(files);
     }
     send(&mut out, &Msg::Done);
     if closed_at.is_some() {

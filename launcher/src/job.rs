@@ -11,6 +11,7 @@
 use crate::hosts::{self, Started};
 use ccl::bootstrap::Rendezvous;
 use ccl::transport::shm::Shm;
+use ccl::transport::shm_file::JobFiles;
 use cclrun::place::Placement;
 use cclrun::proto::{Event, Msg, Order, Status};
 use cclrun::spawn::{self, Ranks};
@@ -116,13 +117,13 @@ fn kill(ctl: &[Control], sig: i32) {
     }
 }
 
-/// Tells every host's ranks of job `tag` that `lost` are gone, and why: a
+/// Tells every host's ranks of the job of `files` that `lost` are gone, and why: a
 /// rank waiting on them fails now, naming them, instead of when its own
 /// link times out (a sender's, only after minutes of retransmissions).
-fn note_lost(ctl: &[Control], tag: &str, lost: &[usize], host: &str, why: &str) {
+fn note_lost(ctl: &[Control], files: &JobFiles, lost: &[usize], host: &str, why: &str) {
     for c in ctl {
         match c {
-            Control::Local(_) => spawn::note_lost(tag, lost, host, why),
+            Control::Local(_) => spawn::note_lost(files, lost, host, why),
             Control::Remote(tx) => {
                 let _ = tx.send(Order::Lost { host: host.into(), ranks: lost.to_vec(), why: why.into() });
             }
@@ -197,7 +198,7 @@ pub fn run(spec: &Spec) -> i32 {
                     Ok(r) => ctl.push(Control::Local(r)),
                     Err(e) => {
                         kill(&ctl, libc::SIGKILL);
-                        spawn::remove_shm_files(&id.job_tag());
+                        spawn::remove_shm_files(&JobFiles::of(&id));
                         return match SIGNAL.load(Ordering::SeqCst) {
                             0 => {
                                 eprintln!("cclrun: {e}");
@@ -216,12 +217,12 @@ pub fn run(spec: &Spec) -> i32 {
         }
     }
     drop(tx);
-    let code = supervise(spec, &ctl, &rx, &id.job_tag());
+    let code = supervise(spec, &ctl, &rx, &JobFiles::of(&id));
     drop(ctl); // remote agents see no more signals; their pumps end at DONE
     for p in pumps {
         let _ = p.join();
     }
-    spawn::remove_shm_files(&id.job_tag());
+    spawn::remove_shm_files(&JobFiles::of(&id));
     if server.is_finished() && code == 0 {
         if let Ok(Err(e)) = server.join() {
             eprintln!("cclrun: {e}");
@@ -231,7 +232,7 @@ pub fn run(spec: &Spec) -> i32 {
 }
 
 /// Watches the ranks until all have ended; the job's exit code.
-fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>, tag: &str) -> i32 {
+fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>, files: &JobFiles) -> i32 {
     let np = spec.placement.len();
     let start = Instant::now();
     let mut status: Vec<Option<Status>> = vec![None; np];
@@ -280,7 +281,7 @@ fn supervise(spec: &Spec, ctl: &[Control], rx: &mpsc::Receiver<Update>, tag: &st
                     }
                     if !lost.is_empty() {
                         let why = format!("cclrun lost its connection to it ({why})");
-                        note_lost(ctl, tag, &lost, &spec.host_names[h], &why);
+                        note_lost(ctl, files, &lost, &spec.host_names[h], &why);
                     }
                     for r in lost {
                         status[r] = Some(Status { code: Some(HOST_LOST), signal: None });

@@ -8,6 +8,7 @@
 
 use crate::proto::{Bind, Event, HostJob, Status};
 use ccl::topo::{cpu_of, evenly_oversubscribed};
+use ccl::transport::shm_file::JobFiles;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -232,20 +233,20 @@ fn pump(r: impl Read + Send + 'static, rank: usize, err: bool, tx: Sender<Event>
     });
 }
 
-/// Tells this host's ranks of job `job_tag` that `ranks` of `host` are
-/// lost and why (see [`ccl::bootstrap::lost_notes`]), so that ranks waiting
-/// on them fail now instead of when their own links time out.
-pub fn note_lost(job_tag: &str, ranks: &[usize], host: &str, why: &str) {
-    let at = ccl::bootstrap::lost_notes::path(job_tag, std::process::id());
+/// Tells this host's ranks of the job of `files` that `ranks` of `host`
+/// are lost and why (see [`ccl::bootstrap::lost_notes`]), so that ranks
+/// waiting on them fail now instead of when their own links time out.
+pub fn note_lost(files: &JobFiles, ranks: &[usize], host: &str, why: &str) {
+    let at = ccl::bootstrap::lost_notes::path(files, std::process::id());
     if let Err(e) = ccl::bootstrap::lost_notes::add(&at, ranks, host, why) {
         eprintln!("cclrun: cannot note lost ranks in {}: {e}", at.display());
     }
 }
 
 /// Removes the job's shared-memory files left by ranks that died before
-/// removing them (and the lost notes).
-pub fn remove_shm_files(job_tag: &str) {
-    let prefix = ccl::transport::shm::Shm::file_prefix(job_tag);
+/// removing them (and the lost notes, and `alloc_shared`'s buffers).
+pub fn remove_shm_files(files: &JobFiles) {
+    let prefix = files.prefix();
     if let Ok(dir) = std::fs::read_dir("/dev/shm") {
         for e in dir.flatten() {
             if e.file_name().to_string_lossy().starts_with(&prefix) {

@@ -8,12 +8,17 @@
 //! this file in each surviving host's shared memory, through the agent
 //! there; ranks read it while they wait (`Registry::check_alive`).
 //!
-//! The file is `/dev/shm/ccl-<job>-lost-p<pid>`, `<pid>` being the process
-//! that started this host's ranks (cclrun or its agent), which passes it as
-//! `CCL_LAUNCHER_PID`. One line per lost rank: `<rank> <host> <why>`.
+//! The file is `/dev/shm/ccl-<job>-lost-<tag>-p<pid>`, `<pid>` being the
+//! process that started this host's ranks (cclrun or its agent), which
+//! passes it as `CCL_LAUNCHER_PID`, and `<tag>` unguessable without the
+//! job's secret ([`JobFiles`]). One line per lost rank: `<rank> <host>
+//! <why>`. Only the launcher's notes count: a file that is a link, or is
+//! not this user's own and closed to others, is not read.
 
-use crate::transport::shm::{Shm, DIR};
-use std::io::Write;
+use crate::transport::shm_file::JobFiles;
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// A rank the launcher gave up on.
@@ -27,23 +32,44 @@ pub struct Note {
     pub why: String,
 }
 
-/// The notes file of job `job` whose ranks on this host process
+/// The notes file of the job of `files` whose ranks on this host process
 /// `launcher_pid` started.
-pub fn path(job: &str, launcher_pid: u32) -> PathBuf {
-    PathBuf::from(format!("{DIR}/{}lost-p{launcher_pid}", Shm::file_prefix(job)))
+pub fn path(files: &JobFiles, launcher_pid: u32) -> PathBuf {
+    files.path("lost", &[launcher_pid])
+}
+
+/// The text of this user's file at `at`, opened without following a link
+/// and only if no one else may write it.
+fn read_own(at: &Path) -> Option<String> {
+    let mut f = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(at).ok()?;
+    let m = f.metadata().ok()?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !m.file_type().is_file() || m.uid() != me || m.mode() & 0o022 != 0 {
+        return None;
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// Adds `ranks` of `host` to the notes at `at`, each lost because of
 /// `why`. Readers see the whole file before or after, never part of it.
 pub fn add(at: &Path, ranks: &[usize], host: &str, why: &str) -> std::io::Result<()> {
-    let mut text = std::fs::read_to_string(at).unwrap_or_default();
+    let mut text = read_own(at).unwrap_or_default();
     let (host, why) = (host.replace(char::is_whitespace, "_"), why.replace('\n', " "));
     for r in ranks {
         text.push_str(&format!("{r} {host} {why}\n"));
     }
     let mut tmp = at.as_os_str().to_owned();
     tmp.push(".tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+    let _ = std::fs::remove_file(&tmp); // one an earlier writer left
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
     f.write_all(text.as_bytes())?;
     std::fs::rename(&tmp, at)
 }
@@ -51,7 +77,7 @@ pub fn add(at: &Path, ranks: &[usize], host: &str, why: &str) -> std::io::Result
 /// The notes at `at`; none when there is no file. Lines that do not parse
 /// are skipped.
 pub fn read(at: &Path) -> Vec<Note> {
-    let Ok(text) = std::fs::read_to_string(at) else { return Vec::new() };
+    let Some(text) = read_own(at) else { return Vec::new() };
     text.lines()
         .filter_map(|l| {
             let mut w = l.splitn(3, ' ');
@@ -67,7 +93,7 @@ mod tests {
 
     #[test]
     fn notes_add_up_and_read_back() {
-        let at = path(&format!("test{}", std::process::id()), std::process::id());
+        let at = path(&JobFiles::fresh(), std::process::id());
         assert!(read(&at).is_empty(), "no file: nobody lost");
         add(&at, &[4, 5], "host3", "cclrun lost its connection\n(timed out)").expect("add");
         add(&at, &[7], "host 4", "cclrun lost it").expect("add");
@@ -79,5 +105,31 @@ mod tests {
         let note = |rank: usize, host: &str, why: &str| Note { rank, host: host.into(), why: why.into() };
         let why = "cclrun lost its connection (timed out)";
         assert_eq!(got, [note(4, "host3", why), note(5, "host3", why), note(7, "host_4", "cclrun lost it")]);
+    }
+
+    #[test]
+    fn notes_anyone_else_could_have_written_do_not_count() {
+        use std::os::unix::fs::PermissionsExt;
+        let at = path(&JobFiles::fresh(), std::process::id());
+        let forged = "1 forged-host forged\n";
+        // a link to notes elsewhere
+        let elsewhere = at.with_extension("elsewhere");
+        std::fs::write(&elsewhere, forged).expect("write");
+        std::os::unix::fs::symlink(&elsewhere, &at).expect("link");
+        assert!(read(&at).is_empty(), "a link is not followed");
+        std::fs::remove_file(&at).expect("remove link");
+        // a file others may write
+        std::fs::rename(&elsewhere, &at).expect("move");
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        assert!(read(&at).is_empty(), "a file open to others does not count");
+        // another user's file (only root can make one)
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert_eq!(read(&at).len(), 1, "this user's own file counts");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&at, Some(65534), Some(65534)).expect("chown");
+            assert!(read(&at).is_empty(), "another user's notes do not count");
+        }
+        std::fs::remove_file(&at).expect("remove");
     }
 }

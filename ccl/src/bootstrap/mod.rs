@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::topo::Hosts;
 use crate::transport::local::Fabric;
 use crate::transport::shm::Shm;
+use crate::transport::shm_file::JobFiles;
 use crate::transport::tcp::{interface_ipv4, Tcp};
 use crate::transport::{Registry, Transport};
 use std::sync::Arc;
@@ -56,6 +57,7 @@ pub fn lone(config: Config) -> Result<Group> {
 /// Joins the job `env` describes and connects the world.
 pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let job = env.id.job_tag();
+    let files = JobFiles::of(&env.id);
     let at = |e: Error| e.at_rank(env.rank);
     if env.serve_rendezvous {
         let rv = Rendezvous::bind_for(env.bind_addr(), env.id.clone(), env.size).map_err(at)?;
@@ -63,7 +65,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         // its outcome reaches this rank through its own join below
         std::thread::spawn(move || rv.serve(timeout));
     }
-    let bell = Shm::create_bell(&job, env.rank).map_err(at)?;
+    let bell = Shm::create_bell(&files, env.rank).map_err(at)?;
     let listener = Tcp::listen(tcp_ip(&config, &env.id).map_err(at)?).map_err(at)?;
     let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;
     let me = PeerInfo {
@@ -86,10 +88,12 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let cpus = crate::topo::host_cpus();
     let (nt_set, llc) = (config.nt_stores_min.is_some(), crate::llc::last_level());
     let config = config.on_machine(sharing, cpus, llc);
-    let shm = Shm::new(&job, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
+    let shm =
+        Shm::new(&files, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?
-        .with_lost_notes(env.launcher_pid.map(|p| lost_notes::path(&job, p)));
+        .with_lost_notes(env.launcher_pid.map(|p| lost_notes::path(&files, p)))
+        .with_files(files);
     let comm_id = u64::from_str_radix(&job, 16).unwrap_or(1);
     if config.debug >= crate::config::LogLevel::Info && env.rank == 0 {
         eprintln!("ccl INFO {} ranks started by {}, rendezvous {}", env.size, env.source, env.id);

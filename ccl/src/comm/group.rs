@@ -60,7 +60,7 @@ pub(crate) struct Inner {
     ring: crate::transport::Geometry,
     pub tuner: tune::Tuner,
     endpoints: Arc<[usize]>,
-    registry: Arc<Registry>,
+    pub(crate) registry: Arc<Registry>,
     seq: AtomicU64,
     p2p_seq: AtomicU64,
     /// The GPU (context) of the first device call; later ones must match.

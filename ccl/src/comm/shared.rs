@@ -23,12 +23,10 @@ use crate::error::{Error, Result};
 use crate::exec::fingerprint::NameHashes as Names;
 use crate::exec::store;
 use crate::op::ReduceOp;
-use crate::transport::shm::DIR;
+use crate::transport::shm_file::JobFiles;
 use crate::{Max, Min, Reduce};
 use memmap2::{MmapOptions, MmapRaw};
-use std::fs::OpenOptions;
 use std::marker::PhantomData;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -134,10 +132,11 @@ fn map(f: &std::fs::File, populate: bool) -> std::io::Result<MmapRaw> {
     o.map_raw(f)
 }
 
-/// This process's file for a buffer: swept like the transport's files once
-/// its owner has exited (`-p<pid>`).
-fn path(pid: u64, number: u64) -> PathBuf {
-    PathBuf::from(format!("{DIR}/ccl-w{pid}-{number}-p{pid}"))
+/// Process `pid`'s file for its buffer `number`: named, made and opened
+/// as the transport's files are ([`JobFiles`]), so cclrun removes it with
+/// the job's and a sweep once its owner has exited (`-p<pid>`).
+fn path(files: &JobFiles, pid: u64, number: u64) -> PathBuf {
+    files.path(&format!("a{number}"), &[u32::try_from(pid).unwrap_or(u32::MAX)])
 }
 
 /// Allocates `len` zeroed elements on every rank of `group` (a collective
@@ -154,13 +153,15 @@ fn alloc_numbered<T: Reduce>(group: &Group, len: usize, number: u64) -> Result<S
     let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| Error::invalid("too large"))?;
     let pid = u64::from(std::process::id());
     let created = CREATED.fetch_add(1, Ordering::Relaxed);
-    let file = path(pid, created);
+    let files = inner.registry.files();
+    let file = path(files, pid, created);
     // every rank's file must be on one host, and shared memory allowed
     let local = inner.hosts.groups().len() == 1 && !inner.config.shm_disable;
-    let shared = || -> std::io::Result<MmapRaw> {
-        let f = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&file)?;
-        f.set_len(bytes.max(1) as u64)?;
-        map(&f, true)
+    // its bytes reserved now: a /dev/shm too small fails here, not with
+    // SIGBUS when a page is first touched
+    let shared = || -> Result<MmapRaw> {
+        let f = files.create(&file, bytes.max(1) as u64)?;
+        map(&f, true).map_err(|e| Error::transport(format!("mmap {}: {e}", file.display())))
     };
     let (own, made) = match local.then(shared) {
         Some(Ok(m)) => (m, true),
@@ -169,10 +170,9 @@ fn alloc_numbered<T: Reduce>(group: &Group, len: usize, number: u64) -> Result<S
             if let (Some(Err(e)), true) = (other, inner.config.debug >= LogLevel::Warn) {
                 // the others are waiting for this rank's part: go on without it
                 eprintln!(
-                    "ccl: rank {}: alloc_shared #{number}: {}: {e}; the buffer is private memory and collectives on \
-                     it go through the connections",
+                    "ccl: rank {}: alloc_shared #{number}: {e}; the buffer is private memory and collectives on it \
+                     go through the connections",
                     inner.rank,
-                    file.display()
                 );
             }
             let m = MmapOptions::new()
@@ -191,9 +191,12 @@ fn alloc_numbered<T: Reduce>(group: &Group, len: usize, number: u64) -> Result<S
     if all.chunks(3).all(|c| c[0] != 0 && c[2] == bytes as u64) {
         // (this rank's own too: its entry names its file)
         for c in all.chunks(3) {
-            match OpenOptions::new().read(true).write(true).open(path(c[0], c[1])).and_then(|f| map(&f, false)) {
-                Ok(m) => peers.push(m),
-                Err(_) => break,
+            match files.open(&path(files, c[0], c[1]), c[2].max(1)) {
+                Ok(Some(f)) => match map(&f, false) {
+                    Ok(m) => peers.push(m),
+                    Err(_) => break,
+                },
+                _ => break,
             }
         }
     }

@@ -14,6 +14,7 @@ pub mod doorbell;
 pub mod fifo;
 pub mod local;
 pub mod shm;
+pub mod shm_file;
 pub mod tcp;
 pub mod wake;
 
@@ -362,6 +363,8 @@ pub struct Registry {
     lost_notes: Option<PathBuf>,
     /// When peers were last checked for life.
     last_check: Mutex<Instant>,
+    /// How this endpoint's job names and seals its files in `/dev/shm`.
+    files: shm_file::JobFiles,
 }
 
 impl Registry {
@@ -371,7 +374,20 @@ impl Registry {
         if list.is_empty() {
             return Err(Error::internal("no transport"));
         }
-        Ok(Registry { list, lost_notes: None, last_check: Mutex::new(Instant::now()) })
+        let files = shm_file::JobFiles::of_process().clone();
+        Ok(Registry { list, lost_notes: None, last_check: Mutex::new(Instant::now()), files })
+    }
+
+    /// Names this endpoint's files as `files` does (its job's), instead of
+    /// as its process's own.
+    pub fn with_files(mut self, files: shm_file::JobFiles) -> Self {
+        self.files = files;
+        self
+    }
+
+    /// How this endpoint's job names and seals its files in `/dev/shm`.
+    pub fn files(&self) -> &shm_file::JobFiles {
+        &self.files
     }
 
     /// Also fails a wait on a rank the launcher noted as lost at `at`.
@@ -462,7 +478,7 @@ mod tests {
 
     #[test]
     fn a_wait_on_a_rank_the_launcher_gave_up_on_fails() {
-        let at = lost_notes::path(&format!("regtest{}", std::process::id()), std::process::id());
+        let at = lost_notes::path(&shm_file::JobFiles::fresh(), std::process::id());
         let fabric = local::Fabric::new(3, 2, 64);
         let reg = Registry::new(vec![Arc::new(fabric.endpoint(0)) as Arc<dyn Transport>])
             .expect("registry")

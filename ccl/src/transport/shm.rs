@@ -1,9 +1,11 @@
 //! Shared memory between processes of one host.
 //!
-//! Every rank maps its doorbell at `/dev/shm/ccl-<job>-b<rank>-p<pid>` before it
-//! joins the rendezvous, so peers can always open it, and binds its wake
-//! socket beside it (`-w<rank>-`: see [`super::wake`]). A connection's FIFO
-//! is a file `/dev/shm/ccl-<job>-<comm>-<from>-<to>-<channel>-p<pid>-<pid>` that
+//! Files are made, named and opened as [`super::shm_file`] says: no other
+//! user can plant, pre-create or forge them. Every rank maps its doorbell
+//! (`ccl-<job>-b<rank>-<tag>-p<pid>`) before it joins the rendezvous, so
+//! peers can always open it, and binds its wake socket beside it
+//! (`-w<rank>-`: see [`super::wake`]). A connection's FIFO is a file
+//! `ccl-<job>-<comm>-<from>-<to>-<channel>-<tag>-p<pid>-<pid>` that
 //! whichever side comes first creates (zero-filled, the FIFO's initial
 //! state) and the second side maps and unlinks, so nothing named is left
 //! once both ends hold it. A file whose second side never came (its rank
@@ -17,19 +19,21 @@
 
 use super::doorbell::{Bell, BellRef, Doorbell};
 use super::fifo::{FifoMem, FifoRecv, FifoSend};
+use super::shm_file::{self, JobFiles};
 use super::wake::WakeSocket;
 use super::{ConnKey, Geometry, RecvConn, SendConn, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use memmap2::MmapMut;
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-/// Where the files live.
-pub(crate) const DIR: &str = "/dev/shm";
+pub(crate) use shm_file::DIR;
+
+/// Bytes of a doorbell's page.
+const BELL_BYTES: u64 = 4096;
 
 /// A doorbell in a shared mapping, and its owner's wake socket.
 pub struct BellMap {
@@ -95,7 +99,7 @@ fn map_file(f: &File) -> Result<MmapMut> {
 
 /// One process's shared-memory transport.
 pub struct Shm {
-    job: String,
+    files: JobFiles,
     me: usize,
     hosts: Vec<String>,
     pids: Vec<u32>,
@@ -107,26 +111,27 @@ pub struct Shm {
 }
 
 impl Shm {
-    /// Path of rank `rank`'s doorbell in job `job`; `pid` owns it.
-    pub fn bell_path(job: &str, rank: usize, pid: u32) -> PathBuf {
-        PathBuf::from(format!("{DIR}/ccl-{job}-b{rank}-p{pid}"))
+    /// Path of rank `rank`'s doorbell in a job; `pid` owns it.
+    pub fn bell_path(files: &JobFiles, rank: usize, pid: u32) -> PathBuf {
+        files.path(&format!("b{rank}"), &[pid])
     }
 
-    /// Path of rank `rank`'s wake socket in job `job`; `pid` owns it.
-    fn wake_path(job: &str, rank: usize, pid: u32) -> PathBuf {
-        PathBuf::from(format!("{DIR}/ccl-{job}-w{rank}-p{pid}"))
+    /// Path of rank `rank`'s wake socket in a job; `pid` owns it.
+    fn wake_path(files: &JobFiles, rank: usize, pid: u32) -> PathBuf {
+        files.path(&format!("w{rank}"), &[pid])
     }
 
     /// `peer`'s doorbell, mapped from `f`, with a handle on its wake socket.
     fn peer_map(&self, peer: usize, f: &File) -> Result<BellMap> {
         let pid = self.pids.get(peer).copied().unwrap_or(0);
-        let wake = Some(WakeSocket::of_peer(Self::wake_path(&self.job, peer, pid)));
+        let wake = Some(WakeSocket::of_peer(Self::wake_path(&self.files, peer, pid)));
         Ok(BellMap { map: map_file(f)?, owned: None, wake })
     }
 
-    /// Removes files of any job whose owning processes have all exited
-    /// (names end in `-p<pid>[-<pid>]`): what a crash, or a launcher killed
-    /// with SIGKILL, left behind.
+    /// Removes this user's files of any job whose owning processes have
+    /// all exited (names end in `-p<pid>[-<pid>]`): what a crash, or a
+    /// launcher killed with SIGKILL, left behind. Other users' files are
+    /// theirs to sweep.
     pub fn sweep_stale() {
         let alive = |pid: &str| match pid.parse::<libc::pid_t>() {
             Ok(p) => {
@@ -140,34 +145,24 @@ impl Shm {
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             let Some((_, pids)) = name.strip_prefix("ccl-").and_then(|n| n.rsplit_once("-p")) else { continue };
-            if pids.split('-').all(|p| !alive(p)) {
+            if pids.split('-').all(|p| !alive(p)) && shm_file::ours(&e.path()) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
 
-    /// The prefix of every file of job `job` (for cleanup after a crash).
-    pub fn file_prefix(job: &str) -> String {
-        format!("ccl-{job}-")
-    }
-
     /// Creates this rank's doorbell; call before joining the rendezvous.
-    pub fn create_bell(job: &str, rank: usize) -> Result<Arc<BellMap>> {
+    pub fn create_bell(files: &JobFiles, rank: usize) -> Result<Arc<BellMap>> {
         Self::sweep_stale();
-        let path = Self::bell_path(job, rank, std::process::id());
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::transport(format!("create {}: {e}", path.display())))?;
-        f.set_len(4096).map_err(|e| Error::transport(format!("size {}: {e}", path.display())))?;
+        let path = Self::bell_path(files, rank, std::process::id());
+        let f = files.create(&path, BELL_BYTES)?;
+        let map = map_file(&f).inspect_err(|_| {
+            let _ = std::fs::remove_file(&path);
+        })?;
         // without a wake socket, a rank that also polls network sockets
         // naps in short polls instead (Registry::sleep)
-        let wake = WakeSocket::bind(&Self::wake_path(job, rank, std::process::id())).ok();
-        Ok(Arc::new(BellMap { map: map_file(&f)?, owned: Some(path), wake }))
+        let wake = WakeSocket::bind(&Self::wake_path(files, rank, std::process::id())).ok();
+        Ok(Arc::new(BellMap { map, owned: Some(path), wake }))
     }
 
     /// The transport of rank `me`, given every rank's host and pid.
@@ -175,7 +170,7 @@ impl Shm {
     /// provides the doorbell and the liveness checks of local peers.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        job: &str,
+        files: &JobFiles,
         me: usize,
         bell: Arc<BellMap>,
         hosts: Vec<String>,
@@ -185,7 +180,7 @@ impl Shm {
         enabled: bool,
     ) -> Self {
         Shm {
-            job: job.to_string(),
+            files: files.clone(),
             me,
             hosts,
             pids,
@@ -202,8 +197,8 @@ impl Shm {
         if let Some(b) = self.peer_bells.lock().ok()?.get(&peer) {
             return Some(Arc::clone(b));
         }
-        let path = Self::bell_path(&self.job, peer, self.pids.get(peer).copied().unwrap_or(0));
-        let f = OpenOptions::new().read(true).write(true).open(path).ok()?;
+        let path = Self::bell_path(&self.files, peer, self.pids.get(peer).copied().unwrap_or(0));
+        let f = self.files.open(&path, BELL_BYTES).ok()??;
         Some(Arc::new(self.peer_map(peer, &f).ok()?))
     }
 
@@ -212,12 +207,12 @@ impl Shm {
         if let Some(b) = bells.get(&peer) {
             return Ok(Arc::clone(b) as BellRef);
         }
-        let path = Self::bell_path(&self.job, peer, self.pids.get(peer).copied().unwrap_or(0));
-        let f = match OpenOptions::new().read(true).write(true).open(&path) {
-            Ok(f) => f,
+        let path = Self::bell_path(&self.files, peer, self.pids.get(peer).copied().unwrap_or(0));
+        let f = match self.files.open(&path, BELL_BYTES) {
+            Ok(Some(f)) => f,
             // the peer has finished and removed its bell: nobody to wake
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Arc::new(Doorbell::new()) as BellRef),
-            Err(e) => return Err(Error::transport(format!("open {}: {e}", path.display())).with_peer(peer)),
+            Ok(None) => return Ok(Arc::new(Doorbell::new()) as BellRef),
+            Err(e) => return Err(e.with_peer(peer)),
         };
         let b = Arc::new(self.peer_map(peer, &f)?);
         bells.insert(peer, Arc::clone(&b));
@@ -226,44 +221,24 @@ impl Shm {
 
     fn fifo_path(&self, key: ConnKey) -> PathBuf {
         let pid = |r: usize| self.pids.get(r).copied().unwrap_or(0);
-        PathBuf::from(format!(
-            "{DIR}/ccl-{}-{:016x}-{}-{}-{}-p{}-{}",
-            self.job,
-            key.comm,
-            key.from,
-            key.to,
-            key.channel,
-            pid(key.from),
-            pid(key.to)
-        ))
+        let what = format!("{:016x}-{}-{}-{}", key.comm, key.from, key.to, key.channel);
+        self.files.path(&what, &[pid(key.from), pid(key.to)])
     }
 
     /// An opener that maps the connection's FIFO once both sides can.
     fn opener(&self, key: ConnKey) -> impl FnMut() -> Result<Option<Arc<FifoMem>>> + Send + 'static {
         let (path, nslots, slot_bytes) = (self.fifo_path(key), self.nslots, self.slot_bytes);
+        let files = self.files.clone();
         move || {
             let size = FifoMem::size(nslots, slot_bytes).ok_or_else(|| Error::internal("fifo size"))? as u64;
-            let tx = |e: std::io::Error| Error::transport(format!("{}: {e}", path.display()));
-            match OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path) {
-                Ok(f) => {
-                    f.set_len(size).map_err(tx)?;
-                    Ok(FifoMem::in_map(map_file(&f)?, nslots, slot_bytes))
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let f = match OpenOptions::new().read(true).write(true).open(&path) {
-                        Ok(f) => f,
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                        Err(e) => return Err(tx(e)),
-                    };
-                    if f.metadata().map_err(tx)?.len() != size {
-                        return Ok(None); // the creator has not sized it yet
-                    }
-                    let mem = FifoMem::in_map(map_file(&f)?, nslots, slot_bytes);
-                    let _ = std::fs::remove_file(&path); // both ends hold it now
-                    Ok(mem)
-                }
-                Err(e) => Err(tx(e)),
+            if let Some(f) = files.try_create(&path, size)? {
+                return Ok(FifoMem::in_map(map_file(&f)?, nslots, slot_bytes));
             }
+            // the peer made it (or is making it: not sealed yet)
+            let Some(f) = files.open(&path, size)? else { return Ok(None) };
+            let mem = FifoMem::in_map(map_file(&f)?, nslots, slot_bytes);
+            let _ = std::fs::remove_file(&path); // both ends hold it now
+            Ok(mem)
         }
     }
 }
@@ -389,11 +364,11 @@ mod tests {
 
     #[test]
     fn a_rank_polling_its_sockets_sleeps_until_a_peer_of_its_host_rings() {
-        let (job, pid) = (format!("t{}-wake", std::process::id()), std::process::id());
+        let (files, pid) = (&JobFiles::fresh(), std::process::id());
         let hosts = vec!["h".to_string(); 2];
         let shm = |me| {
-            let bell = Shm::create_bell(&job, me).expect("bell");
-            Shm::new(&job, me, bell, hosts.clone(), vec![pid; 2], 4, 4096, true)
+            let bell = Shm::create_bell(files, me).expect("bell");
+            Shm::new(files, me, bell, hosts.clone(), vec![pid; 2], 4, 4096, true)
         };
         let (s0, s1) = (shm(0), shm(1));
         let quiet = Quiet(std::os::unix::net::UnixDatagram::unbound().expect("socket"), Doorbell::new());

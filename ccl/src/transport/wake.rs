@@ -26,8 +26,9 @@ pub struct WakeSocket {
 }
 
 impl WakeSocket {
-    /// Binds the socket at `path` (replacing a stale one), for the rank
-    /// that sleeps on it; removed when dropped.
+    /// Binds the socket at `path` (replacing a stale one), mode 0600
+    /// whatever the umask, for the rank that sleeps on it; removed when
+    /// dropped.
     pub fn bind(path: &Path) -> std::io::Result<Self> {
         let _ = std::fs::remove_file(path);
         let sock = UnixDatagram::bind(path)?;
@@ -35,6 +36,7 @@ impl WakeSocket {
             let _ = std::fs::remove_file(path);
             e
         };
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).map_err(removed)?;
         sock.set_nonblocking(true).map_err(removed)?;
         Ok(WakeSocket { path: path.to_path_buf(), sock: OnceLock::from(Some(sock)), owned: true })
     }
@@ -99,6 +101,9 @@ mod tests {
         let path = std::env::temp_dir().join(format!("ccl-test-wake-{}", std::process::id()));
         let own = WakeSocket::bind(&path).expect("bind");
         let fd = own.fd().expect("owner's fd");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "only its owner may send to it, whatever the umask");
         assert!(!readable(fd, 0), "nothing sent yet");
         let peer = WakeSocket::of_peer(path.clone());
         assert_eq!(peer.fd(), None);
