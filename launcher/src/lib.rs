@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod hostfile;
+pub mod limits;
 pub mod place;
 pub mod proto;
 pub mod spawn;

@@ -15,6 +15,7 @@ mod job;
 mod via;
 
 use cclrun::hostfile::{self, HostSlots};
+use cclrun::limits;
 use cclrun::place::{self, MapBy};
 use cclrun::ssh::SshOpts;
 use clap::Parser;
@@ -44,7 +45,8 @@ struct Cli {
     /// Prefix every output line with the rank that wrote it: `[3] ...`
     #[arg(long)]
     tag_output: bool,
-    /// Allow more ranks than the hostfile has slots
+    /// Allow more ranks than the hostfile has slots (without a hostfile:
+    /// more than 64 per CPU)
     #[arg(long)]
     oversubscribe: bool,
     /// Pin each rank to one CPU of those cclrun may use on its host, in
@@ -113,6 +115,12 @@ fn run() -> i32 {
     if cli.np == 0 {
         return fail("-np must be at least 1", 2);
     }
+    if let Some(t) = cli.timeout.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return fail(format!("--timeout {t}: must be a positive number of seconds"), 2);
+    }
+    if let Err(e) = limits::check_np(cli.np, local_only && !cli.oversubscribe) {
+        return fail(e, 2);
+    }
     let (hosts, oversubscribe) = match (&cli.hostfile, &cli.host) {
         (Some(f), _) => match std::fs::read_to_string(f) {
             Ok(text) => match hostfile::parse(&text, &f.display().to_string()) {
@@ -161,7 +169,7 @@ fn run() -> i32 {
         env,
         tag_output: cli.tag_output,
         bind: cli.bind_to,
-        timeout: cli.timeout.filter(|t| *t > 0.0).map(Duration::from_secs_f64),
+        timeout: cli.timeout.map(Duration::from_secs_f64),
         ssh,
         remote_cclrun: cli.remote_cclrun.clone().unwrap_or(this),
     };

@@ -41,4 +41,16 @@ fn usage_errors() {
     let (code, _, err) = cclrun(&["-np", "2", "--hostfile", "/no/such/hostfile", "true"]);
     assert_eq!(code, 2);
     assert!(err.starts_with("cclrun: /no/such/hostfile: "), "{err}");
+    for t in ["-5", "0", "nan"] {
+        let (code, _, err) = cclrun(&["-np", "2", "--timeout", t, "true"]);
+        assert_eq!(code, 2, "--timeout {t}");
+        assert!(err.contains("must be a positive number of seconds"), "{err}");
+    }
+    // ranks far beyond the CPUs, or the kernel's process ids: refused
+    let (code, _, err) = cclrun(&["-np", "100000", "true"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("ranks per CPU") && err.contains("--oversubscribe"), "{err}");
+    let (code, _, err) = cclrun(&["-np", "100000000", "--oversubscribe", "true"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("pid_max"), "{err}");
 }

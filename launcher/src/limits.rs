@@ -1,0 +1,63 @@
+//! How many ranks one host may be asked to start.
+//!
+//! As mpirun does, a job on this host alone may not ask for far more ranks
+//! than it has CPUs unless `--oversubscribe` says so: `-np 100000` is a
+//! typo, and starting its ranks would take the machine for the better
+//! part of an hour. No job, oversubscribed or not, may ask for more
+//! processes than the kernel has process ids left (`pid_max`).
+
+/// Ranks per CPU that a job on this host alone may have without
+/// `--oversubscribe`.
+pub const RANKS_PER_CPU: usize = 64;
+
+/// `Err` with the reason if `np` ranks may not start on this host; the
+/// CPU bound applies only where `by_cpus` (no hostfile and no
+/// `--oversubscribe`).
+pub fn check_np(np: usize, by_cpus: bool) -> Result<(), String> {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    check(np, by_cpus, cpus, free_pids())
+}
+
+fn check(np: usize, by_cpus: bool, cpus: usize, free_pids: Option<usize>) -> Result<(), String> {
+    let most = cpus.saturating_mul(RANKS_PER_CPU);
+    if by_cpus && np > most {
+        return Err(format!(
+            "-np {np} is more than {RANKS_PER_CPU} ranks per CPU on this host ({cpus} CPU(s): at most {most}); \
+             add --oversubscribe to start them anyway"
+        ));
+    }
+    match free_pids {
+        Some(free) if np >= free => Err(format!(
+            "-np {np}: the kernel has only {free} process ids left (/proc/sys/kernel/pid_max, less the \
+             processes running), and each rank needs at least one"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Process ids not in use: `pid_max` less the processes running now.
+fn free_pids() -> Option<usize> {
+    let max: usize = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok()?.trim().parse().ok()?;
+    let running = std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .count();
+    Some(max.saturating_sub(running))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_ranks_per_cpu_need_oversubscribe_and_none_may_pass_pid_max() {
+        assert!(check(128, true, 2, Some(30_000)).is_ok());
+        let e = check(129, true, 2, Some(30_000)).expect_err("over 64 per CPU");
+        assert!(e.contains("--oversubscribe") && e.contains("at most 128"), "{e}");
+        assert!(check(100_000, false, 2, None).is_ok(), "oversubscribed, pid_max unknown");
+        let e = check(100_000, false, 2, Some(30_000)).expect_err("beyond pid_max");
+        assert!(e.contains("pid_max"), "{e}");
+        assert!(free_pids().is_some_and(|f| f > 0), "this machine's /proc");
+    }
+}
