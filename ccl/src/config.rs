@@ -241,7 +241,7 @@ knobs! {
     nchannels: usize = 1, "CCL_NCHANNELS", "1";
     /// Bytes of slot memory per connection, split into 32 slots (2 where every connection of a group is TCP); auto: 2M where every rank of the machine has a core of its own and talks through memory, else 1M.
     buffsize: Option<usize> = None, "CCL_BUFFSIZE", "auto";
-    /// Bytes per pipeline piece; 0 picks half a connection's slots (larger values are capped there).
+    /// Bytes per pipeline piece; 0 picks half a connection's slots (larger values are capped there, and smaller ones raised so that a call has at most 1024 pieces).
     chunksize: usize = 0, "CCL_CHUNKSIZE", "0";
     /// Seconds a call may wait for its peers before it fails.
     timeout: Duration = Duration::from_secs(300), "CCL_TIMEOUT", "300";

@@ -7,6 +7,11 @@ use crate::algo::{Layout, Region, Schedule, Step};
 use crate::error::Result;
 use std::sync::Arc;
 
+/// Steps of a schedule beyond which it is not analysed for lending and
+/// landing (each step is compared with every other), and sockets copy
+/// through their slots: set-up stays linear in the steps.
+const MAX_ANALYSED: usize = 4096;
+
 /// Connection indices a step uses: (send, recv).
 pub(super) type Link = (Option<usize>, Option<usize>);
 
@@ -157,9 +162,17 @@ impl Wiring {
             .collect();
         uses.sort_unstable();
         uses.dedup();
-        let lendable = lendable(sched, layout);
-        let guards = guards(sched, layout, &lendable);
-        let lands = lands(sched, layout);
+        let (lendable, guards, lands) = if sched.channels.iter().map(Vec::len).sum::<usize>() > MAX_ANALYSED {
+            // what the analysis could only allow: nothing lent without a
+            // slot held for it, every write first taking lent memory back,
+            // nothing received straight into the call's buffers
+            let all = |v: bool| sched.channels.iter().map(|ch| vec![v; ch.len()]).collect::<Vec<_>>();
+            (all(false), all(true), all(false))
+        } else {
+            let lendable = lendable(sched, layout);
+            let guards = guards(sched, layout, &lendable);
+            (lendable, guards, lands(sched, layout))
+        };
         Ok(Wiring { sched: Arc::clone(sched), links, uses, lendable, guards, lands })
     }
 }
@@ -223,6 +236,34 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn schedules_too_long_to_analyse_lend_nothing_unheld_and_land_nothing() {
+        let hosts = Hosts::flat(4);
+        let p = Params {
+            nranks: 4,
+            rank: 1,
+            count: 1 << 14,
+            root: 0,
+            channels: 1,
+            chunk: 1,
+            in_place: true,
+            hosts: &hosts,
+        };
+        let s = Arc::new(generate(Coll::AllReduce, Algo::Ring, &p).expect("schedule"));
+        assert!(s.channels[0].len() > MAX_ANALYSED);
+        let l = Coll::AllReduce.layout(4, 1, 1 << 14, 0, true);
+        let reg = Arc::new(
+            crate::transport::Registry::new(vec![Arc::new(crate::transport::local::Fabric::new(4, 4, 64).endpoint(1))
+                as Arc<dyn crate::transport::Transport>])
+            .expect("registry"),
+        );
+        let mut conns =
+            Conns::new(reg, 1, 1, Arc::from([0, 1, 2, 3]), crate::transport::Geometry { nslots: 4, slot_bytes: 64 });
+        let w = Wiring::new(&s, &l, 0, &mut conns).expect("wiring");
+        assert!(w.lendable[0].iter().all(|&b| !b) && w.lands[0].iter().all(|&b| !b));
+        assert!(w.guards[0].iter().all(|&b| b));
     }
 
     #[test]

@@ -84,6 +84,11 @@ pub fn pieces(slot_bytes: usize, elem: usize, ring: Geometry) -> (usize, usize) 
     (slot_elems, slot_elems * ring.nslots / 2)
 }
 
+/// Pipeline pieces a call is cut into at most: a smaller `CCL_CHUNKSIZE`
+/// is raised to fit (a schedule's steps, and so its set-up, grow with its
+/// pieces; `CCL_CHUNKSIZE=1` on 256 K floats made set-up take minutes).
+pub const MAX_PIECES: usize = 1024;
+
 /// Pieces per rank at most when simulating; larger calls are timed with
 /// proportionally larger pieces.
 const SIM_PIECES: usize = 256;
@@ -99,6 +104,8 @@ pub struct Tuner {
     /// Counts changes of model or rules: a choice remembered elsewhere is
     /// current while this has not moved.
     generation: AtomicU64,
+    /// Whether it has warned that `CCL_CHUNKSIZE` was raised.
+    raised: std::sync::atomic::AtomicBool,
 }
 
 /// The size class of `bytes`: the exponent of the next power of two.
@@ -127,6 +134,7 @@ impl Tuner {
             rules: Mutex::new(Rules::default()),
             memo: Mutex::new(HashMap::default()),
             generation: AtomicU64::new(0),
+            raised: Default::default(),
         }
     }
 
@@ -162,7 +170,19 @@ impl Tuner {
         let (slot_elems, max_chunk) = cut(count, elem, cfg.slots_on(hosts));
         let chunk = match cfg.chunksize {
             0 => max_chunk,
-            b => (b / elem).clamp(1, max_chunk),
+            b => {
+                let fewest = count.div_ceil(MAX_PIECES);
+                let raised = b / elem < fewest && b / elem < max_chunk;
+                if raised && !self.raised.swap(true, Ordering::Relaxed) && self.loud && cfg.debug >= LogLevel::Warn {
+                    eprintln!(
+                        "ccl WARN CCL_CHUNKSIZE={b} would cut a call of {} into more than {MAX_PIECES} pieces: \
+                         using {} pieces for such calls",
+                        human(count.saturating_mul(elem)),
+                        human(fewest.min(max_chunk) * elem)
+                    );
+                }
+                (b / elem).max(fewest).clamp(1, max_chunk)
+            }
         };
         let channels = cfg.nchannels;
         let algo = match cfg.algo.filter(|a| coll.algos().contains(a)) {
@@ -293,6 +313,20 @@ mod tests {
         let c = t.choose(Coll::AllReduce, 1 << 18, 4, &Hosts::blocks(&[1; 4]), &Config::default());
         assert_eq!(c.slot_elems * 4, Config::default().tcp_slot_bytes());
         assert_eq!(c.chunk, c.slot_elems * crate::config::TCP_NSLOTS / 2);
+    }
+
+    #[test]
+    fn tiny_pieces_are_raised_to_at_most_max_pieces_a_call() {
+        let t = Tuner::new(Model::DEFAULT, false);
+        let h = Hosts::flat(2);
+        let tiny = Config { chunksize: 1, ..Config::default() };
+        for count in [1, 1000, 1 << 16, 1 << 18, 1 << 20] {
+            let c = t.choose(Coll::AllReduce, count, 4, &h, &tiny);
+            assert!(count.div_ceil(c.chunk) <= MAX_PIECES, "{count}: chunk {}", c.chunk);
+            assert!(c.chunk <= c.slot_elems * crate::config::NSLOTS / 2, "still within the slots");
+        }
+        // where the pieces are few enough, what was asked for
+        assert_eq!(t.choose(Coll::AllReduce, 1000, 4, &h, &Config { chunksize: 64, ..Config::default() }).chunk, 16);
     }
 
     #[test]

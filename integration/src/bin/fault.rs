@@ -9,6 +9,10 @@
 //! prints its pid and waits in an all-reduce rank 1 joins 30 s later.
 //! `fault loop S`: all-reduce in a loop for S seconds (rank 0 prints
 //! `looping` once every rank has done one), for faults from outside.
+//! `fault check N`: all_reduce N elements, in place and on an
+//! `alloc_shared` buffer, and check them (prints `checked`).
+//! `fault alloc-hang N`: rank 0 waits inside `alloc_shared(N)` for ranks
+//! that never come.
 
 use ccl::Sum;
 
@@ -71,10 +75,39 @@ fn main() {
                 comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
             }
         }
+        Some("check") => {
+            // all_reduce of N elements, in place and then on an
+            // alloc_shared buffer, checked against the sum (exact: small
+            // integers); prints `checked` on success
+            let n = arg(1);
+            let size = g.size() as f32;
+            let want = |i: usize| (i % 7) as f32 * size * (size + 1.0) / 2.0;
+            let mut v: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * (g.rank() + 1) as f32).collect();
+            comm.all_reduce(&mut v, Sum).unwrap_or_else(|e| report(e));
+            let mut s = comm.alloc_shared(n).unwrap_or_else(|e| report(e));
+            s.iter_mut().enumerate().for_each(|(i, x)| *x = (i % 7) as f32 * (g.rank() + 1) as f32);
+            comm.all_reduce(&mut s, Sum).unwrap_or_else(|e| report(e));
+            if let Some(i) = (0..n).find(|&i| v[i] != want(i) || s[i] != want(i)) {
+                eprintln!("rank {} error: element {i}: {} and {} where {} was due", g.rank(), v[i], s[i], want(i));
+                std::process::exit(1)
+            }
+            println!("checked");
+        }
+        Some("alloc-hang") => {
+            // rank 0 waits inside alloc_shared of N floats (its file made)
+            // for rank 1, which comes only after 600 s
+            if g.rank() != 0 {
+                std::thread::sleep(std::time::Duration::from_secs(600));
+            }
+            println!("allocating");
+            let _ = comm.alloc_shared(arg(1)).unwrap_or_else(|e| report(e));
+        }
         Some("hang") => {
             println!("pid {}", std::process::id());
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
-        _ => eprintln!("usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | hang"),
+        _ => eprintln!(
+            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N | alloc-hang N | hang"
+        ),
     }
 }
