@@ -29,6 +29,10 @@ pub struct PeerInfo {
 const MAX_RANKS: usize = 1 << 20;
 /// How long one connection may take to authenticate and say hello.
 const PER_CONN: Duration = Duration::from_secs(10);
+/// Connections that may be authenticating at once; the oldest is dropped
+/// to make room for a new one (a rank's hello takes milliseconds, an idle
+/// stranger's all of [`PER_CONN`]).
+const HANDSHAKES: usize = 256;
 
 fn encode(e: &mut Enc, p: &PeerInfo) {
     e.u64(p.rank as u64).u64(u64::from(p.pid)).str(&p.host).str(&p.addr).str(&p.machine);
@@ -91,16 +95,26 @@ impl Rendezvous {
     }
 
     /// Accepts ranks until all `nranks` have said hello, then sends each the
-    /// table. Connections that fail authentication or send garbage are
-    /// dropped and logged with their source address; the others go on.
+    /// table. Each connection authenticates on a thread of its own, so
+    /// idle or slow strangers hold up no rank; at most [`HANDSHAKES`] at a
+    /// time, the oldest dropped for a newcomer. Connections that fail
+    /// authentication or send garbage are dropped and logged with their
+    /// source address; the others go on.
     pub fn serve(self, timeout: Duration) -> Result<Vec<PeerInfo>> {
         let deadline = Instant::now() + timeout;
         self.listener.set_nonblocking(true).map_err(super::wire::io)?;
         let mut joined: Vec<Option<(TcpStream, PeerInfo)>> = (0..self.nranks).map(|_| None).collect();
         let mut count = 0;
+        type Hello = (u64, SocketAddr, Result<(TcpStream, PeerInfo)>);
+        let (done_tx, done) = std::sync::mpsc::channel::<Hello>();
+        // handshakes in flight: a handle to shut each down, oldest first
+        let mut busy: std::collections::VecDeque<(u64, TcpStream)> = Default::default();
+        let mut next = 0u64;
+        let (secret, nranks) = (*self.id.secret(), self.nranks);
         while count < self.nranks {
-            match self.listener.accept() {
-                Ok((stream, from)) => match self.hello(stream) {
+            while let Ok((n, from, hello)) = done.try_recv() {
+                busy.retain(|(m, _)| *m != n);
+                match hello {
                     Ok((stream, info)) if joined[info.rank].is_none() => {
                         let r = info.rank;
                         joined[r] = Some((stream, info));
@@ -108,7 +122,27 @@ impl Rendezvous {
                     }
                     Ok((_, info)) => eprintln!("ccl: rendezvous: dropped {from}: rank {} joined twice", info.rank),
                     Err(e) => eprintln!("ccl: rendezvous: dropped connection from {from}: {e}"),
-                },
+                }
+            }
+            if count == self.nranks {
+                break;
+            }
+            match self.listener.accept() {
+                Ok((stream, from)) => {
+                    if busy.len() >= HANDSHAKES {
+                        if let Some((_, oldest)) = busy.pop_front() {
+                            let _ = oldest.shutdown(std::net::Shutdown::Both);
+                        }
+                    }
+                    let Ok(handle) = stream.try_clone() else { continue };
+                    busy.push_back((next, handle));
+                    let tx = done_tx.clone();
+                    let n = next;
+                    next += 1;
+                    std::thread::spawn(move || {
+                        let _ = tx.send((n, from, hello(stream, &secret, nranks)));
+                    });
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() >= deadline {
                         let missing: Vec<String> = joined
@@ -128,6 +162,9 @@ impl Rendezvous {
                 Err(e) => return Err(Error::transport(format!("rendezvous accept: {e}"))),
             }
         }
+        for (_, s) in busy {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         let table: Vec<PeerInfo> = joined.iter().flatten().map(|(_, i)| i.clone()).collect();
         let mut e = Enc::default();
         e.u64(table.len() as u64);
@@ -137,21 +174,22 @@ impl Rendezvous {
         }
         Ok(table)
     }
+}
 
-    fn hello(&self, mut s: TcpStream) -> Result<(TcpStream, PeerInfo)> {
-        let io = super::wire::io;
-        s.set_nonblocking(false).map_err(io)?;
-        s.set_read_timeout(Some(PER_CONN)).map_err(io)?;
-        s.set_write_timeout(Some(PER_CONN)).map_err(io)?;
-        auth::server(&mut s, self.id.secret())?;
-        let f = read_frame(&mut s, 64 << 10)?;
-        let (n, info) = decode_hello(&f)?;
-        if n != self.nranks || info.rank >= n {
-            return Err(Error::transport(format!("rank {} of {n} does not fit a job of {}", info.rank, self.nranks)));
-        }
-        s.set_read_timeout(None).map_err(io)?;
-        Ok((s, info))
+/// One connection's authentication and hello, for a job of `nranks`.
+fn hello(mut s: TcpStream, secret: &[u8], nranks: usize) -> Result<(TcpStream, PeerInfo)> {
+    let io = super::wire::io;
+    s.set_nonblocking(false).map_err(io)?;
+    s.set_read_timeout(Some(PER_CONN)).map_err(io)?;
+    s.set_write_timeout(Some(PER_CONN)).map_err(io)?;
+    auth::server(&mut s, secret)?;
+    let f = read_frame(&mut s, 64 << 10)?;
+    let (n, info) = decode_hello(&f)?;
+    if n != nranks || info.rank >= n {
+        return Err(Error::transport(format!("rank {} of {n} does not fit a job of {nranks}", info.rank)));
     }
+    s.set_read_timeout(None).map_err(io)?;
+    Ok((s, info))
 }
 
 /// Joins the job behind `id` as `me`; the table of all `nranks` ranks.
@@ -172,9 +210,16 @@ pub fn join(id: &UniqueId, me: &PeerInfo, nranks: usize, timeout: Duration) -> R
     e.u64(nranks as u64);
     encode(&mut e, me);
     write_frame(&mut s, &e.0)?;
-    s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
-        .map_err(io)?;
-    let f = read_frame(&mut s, MAX_FRAME)?;
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    s.set_read_timeout(Some(left)).map_err(io)?;
+    let waited = Instant::now();
+    let f = read_frame(&mut s, MAX_FRAME).map_err(|e| match waited.elapsed() + Duration::from_millis(50) >= left {
+        true => Error::new(crate::ErrorKind::Timeout {
+            secs: waited.elapsed().as_secs_f64(),
+            waiting: format!("for the rendezvous at {} to hear from every rank (CCL_TIMEOUT)", id.addr),
+        }),
+        false => e,
+    })?;
     let table = decode_table(&f)?;
     let n = table.len();
     if n != nranks || table.iter().enumerate().any(|(i, p)| p.rank != i) {
@@ -223,5 +268,44 @@ mod tests {
             assert_eq!(table[1].host, "host1");
         }
         assert_eq!(server.join().expect("server").expect("served").len(), 3);
+    }
+
+    #[test]
+    fn idle_strangers_hold_up_no_rank() {
+        let rv = Rendezvous::bind("127.0.0.1:0".parse().expect("addr"), 2).expect("bind");
+        let id = rv.id().clone();
+        let server = std::thread::spawn(move || rv.serve(Duration::from_secs(60)));
+        // more idle connections than may authenticate at once, each of
+        // which a one-at-a-time server waited 10 s for
+        let idle: Vec<TcpStream> = (0..HANDSHAKES + 20).filter_map(|_| TcpStream::connect(id.addr).ok()).collect();
+        assert!(idle.len() > HANDSHAKES);
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let id = id.clone();
+                std::thread::spawn(move || {
+                    let me = PeerInfo { rank: r, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into() };
+                    // well within what the idle ones would have taken one by one
+                    join(&id, &me, 2, Duration::from_secs(20))
+                })
+            })
+            .collect();
+        for t in ranks {
+            assert_eq!(t.join().expect("rank").expect("joined").len(), 2);
+        }
+        assert_eq!(server.join().expect("server").expect("served").len(), 2);
+        drop(idle);
+    }
+
+    #[test]
+    fn a_rank_waiting_for_absent_ones_times_out_in_words() {
+        let rv = Rendezvous::bind("127.0.0.1:0".parse().expect("addr"), 2).expect("bind");
+        let id = rv.id().clone();
+        let server = std::thread::spawn(move || rv.serve(Duration::from_secs(2)));
+        let me = PeerInfo { rank: 0, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into() };
+        let e = join(&id, &me, 2, Duration::from_secs(1)).expect_err("rank 1 never comes").to_string();
+        assert!(e.contains("timed out after") && e.contains("rendezvous"), "{e}");
+        assert!(!e.contains("os error"), "{e}");
+        let e = server.join().expect("server").expect_err("rank 1 never came").to_string();
+        assert!(e.contains("waiting for rank(s) 1"), "{e}");
     }
 }

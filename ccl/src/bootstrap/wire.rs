@@ -27,8 +27,15 @@ pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// An I/O error of the bootstrap, in words: a read timeout says so,
+/// instead of "Resource temporarily unavailable (os error 11)".
 pub(crate) fn io(e: std::io::Error) -> Error {
-    Error::transport(format!("bootstrap i/o: {e}"))
+    use std::io::ErrorKind::{TimedOut, UnexpectedEof, WouldBlock};
+    match e.kind() {
+        WouldBlock | TimedOut => Error::transport("bootstrap: the other side sent nothing in the time allowed"),
+        UnexpectedEof => Error::transport("bootstrap: the other side closed the connection"),
+        _ => Error::transport(format!("bootstrap i/o: {e}")),
+    }
 }
 
 /// Appends fields to a message.
