@@ -23,6 +23,31 @@ pub(super) type Unhello = (TcpStream, std::net::SocketAddr, Instant, Vec<u8>);
 /// How long an accepted connection has to send its hello.
 const HELLO_WITHIN: Duration = Duration::from_secs(5);
 
+/// Connections from one address that may wait for their hello at once,
+/// and from all addresses: beyond either, the oldest gives way to the
+/// newcomer (a peer's hello follows its connect at once; an idle
+/// stranger's never comes).
+const UNHELLOED: (usize, usize) = (128, 1024);
+
+/// Says that a connection from `from` was dropped and why: at most one
+/// line a second, with how many went unsaid, so a flood of strangers
+/// cannot flood the job's output too.
+fn dropped(from: std::net::SocketAddr, why: &dyn std::fmt::Display) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+    static UNSAID: AtomicU64 = AtomicU64::new(0);
+    let Ok(mut last) = LAST.lock() else { return };
+    if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+        UNSAID.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    *last = Some(Instant::now());
+    match UNSAID.swap(0, Ordering::Relaxed) {
+        0 => eprintln!("ccl: tcp: dropped connection from {from}: {why}"),
+        n => eprintln!("ccl: tcp: dropped connection from {from}: {why} (and {n} more since the last such line)"),
+    }
+}
+
 /// The HMAC-SHA256 of `bytes` under the job's `secret`.
 fn mac(secret: &[u8], bytes: &[u8]) -> Result<[u8; 32]> {
     let mut m = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| Error::internal("hmac key"))?;
@@ -79,9 +104,20 @@ impl Shared {
     pub(super) fn accept(&self) {
         let Ok(mut pending) = self.pending.lock() else { return };
         while let Ok((s, from)) = self.listener.accept() {
+            let oldest = |p: &[Unhello], same: bool| {
+                let of = p.iter().enumerate().filter(|(_, u)| !same || u.1.ip() == from.ip());
+                let (n, first) = of.fold((0, None::<(usize, Instant)>), |(n, o), (i, u)| {
+                    (n + 1, if o.is_some_and(|(_, d)| d <= u.2) { o } else { Some((i, u.2)) })
+                });
+                first.filter(|_| n >= if same { UNHELLOED.0 } else { UNHELLOED.1 }).map(|(i, _)| i)
+            };
+            if let Some(i) = oldest(&pending, true).or_else(|| oldest(&pending, false)) {
+                let gone = pending.swap_remove(i);
+                dropped(gone.1, &"no hello yet, and too many like it");
+            }
             match s.set_nonblocking(true) {
                 Ok(()) => pending.push((s, from, Instant::now() + HELLO_WITHIN, Vec::with_capacity(HELLO))),
-                Err(e) => eprintln!("ccl: tcp: dropped connection from {from}: {}", io_err("accept", e)),
+                Err(e) => dropped(from, &io_err("accept", e)),
             }
         }
         let mut i = 0;
@@ -115,8 +151,49 @@ impl Shared {
                         inbox.entry(key).or_insert_with(|| (0..self.nsocks).map(|_| None).collect())[idx] = Some(s);
                     }
                 }
-                Err(e) => eprintln!("ccl: tcp: dropped connection from {from}: {e}"),
+                Err(e) => dropped(from, &e),
             }
+        }
+    }
+
+    /// Accepts and checks hellos on a thread of its own whenever no
+    /// connection of this rank waits for its sockets (while one does, the
+    /// engine accepts them itself, woken by the listener), so that a rank
+    /// busy elsewhere still empties its listener's backlog and idle
+    /// strangers cannot fill it. Ends once the transport is gone.
+    pub(super) fn accept_in_background(shared: &std::sync::Arc<Shared>) {
+        use std::os::unix::io::AsRawFd;
+        use std::sync::atomic::Ordering;
+        let weak = std::sync::Arc::downgrade(shared);
+        let spawned = std::thread::Builder::new().name("ccl-tcp-accept".into()).spawn(move || loop {
+            let mut fds = Vec::new();
+            {
+                let Some(sh) = weak.upgrade() else { return };
+                if sh.unclaimed.load(Ordering::Relaxed) == 0 {
+                    fds.push(libc::pollfd { fd: sh.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+                    if let Ok(p) = sh.pending.lock() {
+                        fds.extend(p.iter().map(|u| libc::pollfd {
+                            fd: u.0.as_raw_fd(),
+                            events: libc::POLLIN,
+                            revents: 0,
+                        }));
+                    }
+                }
+            }
+            if fds.is_empty() {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            // SAFETY: `fds` is a valid array of pollfd for the call; a
+            // descriptor closed meanwhile only makes poll return early.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
+            let Some(sh) = weak.upgrade() else { return };
+            if sh.unclaimed.load(Ordering::Relaxed) == 0 {
+                sh.accept();
+            }
+        });
+        if let Err(e) = spawned {
+            eprintln!("ccl: tcp: no thread to accept connections between calls ({e}); they wait for the next call");
         }
     }
 }

@@ -189,7 +189,9 @@ impl Tcp {
             seen: Mutex::new(std::collections::HashSet::new()),
         };
         let hosts = peers.iter().map(|a| a.ip().to_string()).collect();
-        Tcp { shared: Arc::new(shared), checksum, peers, hosts, bell: Doorbell::new() }
+        let shared = Arc::new(shared);
+        Shared::accept_in_background(&shared);
+        Tcp { shared, checksum, peers, hosts, bell: Doorbell::new() }
     }
 }
 
@@ -379,6 +381,25 @@ mod tests {
         let mut r = rx.connect_recv(key, small).expect("recv");
         let e = relay(&mut s, &mut r, &[vec![1; 1024]]).expect_err("oversized frame");
         assert_eq!(e.to_string(), "transport: frame of 1024 bytes exceeds a slot of 64");
+    }
+
+    #[test]
+    fn idle_strangers_cannot_fill_the_listener_of_a_rank_between_calls() {
+        let (tx, rx) = pair(false);
+        let addr = rx.shared.listener.local_addr().expect("addr");
+        // more idle connections than the listener's backlog holds, while
+        // rank 1 is in no call
+        let idle: Vec<TcpStream> = (0..300).filter_map(|_| TcpStream::connect(addr).ok()).collect();
+        assert!(idle.len() > 128, "the backlog took {}", idle.len());
+        std::thread::sleep(Duration::from_millis(500));
+        let waiting = rx.shared.pending.lock().expect("pending").len();
+        assert!(waiting <= 128, "{waiting} strangers kept from one address");
+        // a later connection (a split) still gets through, and its data
+        let ring = Geometry { nslots: 2, slot_bytes: 1024 };
+        let key = ConnKey { comm: 8, from: 0, to: 1, channel: 0 };
+        let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
+        assert_eq!(relay(&mut s, &mut r, &[vec![3; 8]]).expect("relayed"), vec![vec![3; 8]]);
+        drop(idle);
     }
 
     #[test]
