@@ -186,6 +186,31 @@ impl KnobValue for SlotStores {
     }
 }
 
+/// How ranks check that they make the same calls (`CCL_CHECK`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CheckMode {
+    /// Every message's fingerprint is checked; calls that send the
+    /// disagreeing ranks nothing to check (roots or counts that differ)
+    /// are found while a rank waits on a peer of its host, at the next
+    /// call, or with a warning when the communicator is dropped.
+    #[default]
+    Default,
+    /// Also, every collective first exchanges its fingerprint with every
+    /// rank (one small all-gather more per call), so any disagreement
+    /// fails the call itself on every rank, naming both calls.
+    Full,
+}
+
+impl KnobValue for CheckMode {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "default" => Ok(CheckMode::Default),
+            "full" => Ok(CheckMode::Full),
+            _ => Err("expected default or full".into()),
+        }
+    }
+}
+
 impl KnobValue for LogLevel {
     fn parse_knob(s: &str) -> std::result::Result<Self, String> {
         match s.trim().to_ascii_uppercase().as_str() {
@@ -247,6 +272,8 @@ knobs! {
     timeout: Duration = Duration::from_secs(300), "CCL_TIMEOUT", "300";
     /// What ccl prints to stderr: NONE, WARN, INFO (algorithm choices), TRACE.
     debug: LogLevel = LogLevel::Warn, "CCL_DEBUG", "WARN";
+    /// default: every message's call is checked, and calls whose ranks disagree on the root or count are found when one waits on a peer of its host, at the next call, or when the communicator is dropped; full: every collective first exchanges its call with every rank, so any disagreement fails the call itself on every rank.
+    check: CheckMode = CheckMode::Default, "CCL_CHECK", "default";
     /// 1: ranks on one host talk over TCP instead of shared memory.
     shm_disable: bool = false, "CCL_SHM_DISABLE", "0";
     /// TCP sockets per connection; messages are spread over them in turn.

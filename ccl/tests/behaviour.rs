@@ -210,7 +210,7 @@ fn mismatched_calls_fail_with_both_fingerprints() {
                     g.typed::<f32>().all_reduce(&mut v, Sum)
                 }
             },
-            "broadcast(1000 × f32 of 4 B) #0",
+            "broadcast(1000 × f32 of 4 B, root 0) #0",
         ),
         (
             "another count",

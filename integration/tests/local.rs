@@ -93,7 +93,7 @@ fn mismatched_calls_end_the_job_with_both_calls_named() {
         let (_, err) = text(&o);
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(err.contains("but the peer called"), "{transport}: {err}");
-        assert!(err.contains("broadcast(262144 × f32 of 4 B) #0"), "{transport}: {err}");
+        assert!(err.contains("broadcast(262144 × f32 of 4 B, root 0) #0"), "{transport}: {err}");
         assert!(err.contains("all_reduce(262144 × f32 of 4 B, sum) #0"), "{transport}: {err}");
     }
 }

@@ -77,6 +77,11 @@ impl Coll {
         matches!(self, Coll::AllReduce | Coll::Reduce | Coll::ReduceScatter)
     }
 
+    /// Whether the call is point-to-point (send or recv).
+    pub fn p2p(self) -> bool {
+        matches!(self, Coll::Send | Coll::Recv)
+    }
+
     /// Whether `root` names a rank (root or peer).
     pub fn rooted(self) -> bool {
         matches!(self, Coll::Reduce | Coll::Broadcast | Coll::Send | Coll::Recv)

@@ -9,6 +9,7 @@
 //! the deadline passes, or the transport reports the job going down.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::exec::fingerprint::Fingerprint;
 use crate::exec::{Conns, Exec};
 use crate::op::ReduceOp;
 use crate::transport::doorbell::Backoff;
@@ -21,6 +22,10 @@ use std::time::{Duration, Instant};
 
 /// How often a waiting rank asks whether the peers it waits on are alive.
 const PEER_CHECK: Duration = Duration::from_micros(200);
+
+/// How often a rank stuck in a call compares its last calls with those of
+/// the peers it waits on ([`Conns::disagreement`]).
+const CALLS_CHECK: Duration = Duration::from_millis(50);
 
 /// Bumped by the SIGUSR1 handler: every waiting rank then prints its
 /// pending calls to stderr.
@@ -174,6 +179,8 @@ pub(crate) struct Engine {
     aborted: Arc<AtomicBool>,
     dumps_seen: u32,
     chatty: bool,
+    /// When a stuck call next compares calls with its peers.
+    next_compare: std::cell::Cell<Instant>,
 }
 
 impl Engine {
@@ -198,6 +205,7 @@ impl Engine {
             aborted,
             dumps_seen: DUMP_REQUESTS.load(Ordering::Relaxed),
             chatty,
+            next_compare: std::cell::Cell::new(Instant::now() + CALLS_CHECK),
         }
     }
 
@@ -446,10 +454,25 @@ impl Engine {
         }
     }
 
+    /// Whether the peers this rank waits on are alive and made the same
+    /// calls as it, as far as it can see ([`Conns::disagreement`]): a
+    /// call its ranks disagree on may leave each waiting for messages the
+    /// others never send.
     fn check_peers(&self) -> Result<()> {
         let mut peers: Vec<usize> = self.queue.iter().flat_map(|e| e.op.get().blocked_on()).collect();
         peers.sort_unstable();
         peers.dedup();
+        let now = Instant::now();
+        let compare = now >= self.next_compare.get();
+        if compare {
+            self.next_compare.set(now + CALLS_CHECK);
+        }
+        for &p in peers.iter().filter(|_| compare) {
+            if let Some((ours, theirs)) = self.conns.disagreement(p) {
+                let (ours, theirs) = (Fingerprint::describe(&ours), Fingerprint::describe(&theirs));
+                return Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(p));
+            }
+        }
         self.conns.check_alive(&peers)
     }
 

@@ -80,6 +80,23 @@ struct State {
     plans: Plans,
 }
 
+impl Drop for Inner {
+    /// Says so where this rank's last calls differ from a peer's of its
+    /// host: a call whose ranks disagreed on its root or count may have
+    /// ended on each of them without an error.
+    fn drop(&mut self) {
+        if self.config.debug < crate::config::LogLevel::Warn || self.size < 2 {
+            return;
+        }
+        let Ok(State { engine, .. }) = self.state.get_mut() else { return };
+        if engine.check_usable().is_ok() {
+            if let Some(note) = super::agree::note_on_drop(&engine.conns, self.rank, self.size) {
+                eprintln!("{note}");
+            }
+        }
+    }
+}
+
 /// A group of ranks that communicate: the untyped communicator.
 ///
 /// `group.typed::<T>()` gives the typed [`Communicator<T>`] on the same
@@ -285,16 +302,13 @@ impl Group {
         let spread = own_cores && choice.slot_elems * size > inner.ring.slot_bytes / 2;
         let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(inner.size);
-        let op_hash = if call.coll.reduces() { Names::<T, O>::OP } else { 0 };
+        let fp = Self::fingerprint::<T, O>(call, seq);
         let device = match &call.device {
             Some(s) => {
                 Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }))
             }
             None => None,
         };
-        // a device call must not meet a host call: their types differ in the fingerprint
-        let type_hash = if device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
-        let fp = Fingerprint::new(call.coll, size, type_hash, op_hash, call.count, call.root, seq);
         let around_cache_from = inner.config.nt_stores_min();
         let plan = Plan {
             checked,
@@ -307,6 +321,23 @@ impl Group {
             spread,
         };
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
+    }
+
+    /// The fingerprint of `call`, numbered `seq`: what its peers must agree on.
+    pub(crate) fn fingerprint<T: Reduce, O: ReduceOp<T>>(call: &Call<T>, seq: u64) -> Fingerprint {
+        let op_hash = if call.coll.reduces() { Names::<T, O>::OP } else { 0 };
+        // a device call must not meet a host call: their types differ in the fingerprint
+        let type_hash = if call.device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
+        Fingerprint::new(call.coll, std::mem::size_of::<T>(), type_hash, op_hash, call.count, call.root, seq)
+    }
+
+    /// Under `CCL_CHECK=full`, exchanges collective `call`'s fingerprint
+    /// with every rank first: `Err` where any differs.
+    pub(crate) fn agree<T: Reduce, O: ReduceOp<T>>(&self, call: &Call<T>, seq: u64) -> Result<()> {
+        if self.inner.config.check != crate::config::CheckMode::Full || call.coll.p2p() || self.inner.size < 2 {
+            return Ok(());
+        }
+        super::agree::all_agree(self, Self::fingerprint::<T, O>(call, seq))
     }
 
     /// Runs `f` holding the lock on this group's engine and plans.
@@ -333,6 +364,9 @@ impl Group {
             eng.check_usable()?;
             let around = plans.stores.chosen(call.bytes());
             let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, around)?;
+            if !call.coll.p2p() {
+                eng.conns.post_call(&plan.fp.words());
+            }
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
             let op = CallOp { exec, finish_ranks, on_done: Some(on_done) };
@@ -354,6 +388,11 @@ impl Group {
             let timed = timed && on_host;
             let mut kept = plans.kept.take().and_then(|k| k.downcast::<CallOp<T, O>>().ok());
             let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, around)?;
+            // (the exchange of a call under CCL_CHECK=full, numbered as
+            // the call, is not one to compare)
+            if !call.coll.p2p() && T::NAME != crate::exec::fingerprint::CHECK_WORD {
+                eng.conns.post_call(&plan.fp.words());
+            }
             // SAFETY: forwarded; `run` returns only once the call has
             // finished or failed and left the queue, before the borrow ends.
             let reused = kept.as_mut().is_some_and(|k| unsafe { k.exec.reuse(&plan, call.input, call.output) });

@@ -1,6 +1,7 @@
 //! The communicator API: [`Group`] (untyped), [`Communicator<T>`] (typed),
 //! [`Request`] (non-blocking calls).
 
+mod agree;
 mod buffer;
 mod engine;
 mod group;

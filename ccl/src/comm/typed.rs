@@ -103,6 +103,7 @@ impl<T: Reduce> Communicator<T> {
             timeout: self.timeout,
             device,
         };
+        self.group.agree::<T, O>(&call, seq).map_err(ctx)?;
         // SAFETY: every caller passes places of buffers it borrows for the
         // whole of this blocking call (host slices, or device buffers whose
         // memory `resolve` checked).
@@ -120,7 +121,7 @@ impl<T: Reduce> Communicator<T> {
     ) -> Request<R> {
         let seq = self.group.next_seq(coll);
         let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
-        if let Err(e) = check() {
+        if let Err(e) = check().and_then(|()| self.group.agree::<T, O>(&call, seq)) {
             return Request::failed(self.group.clone(), ctx(e));
         }
         let slot = Arc::new(Mutex::new(None));

@@ -2,6 +2,7 @@
 
 use super::device::{DevRecv, DevSend};
 use crate::error::{Error, Result};
+use crate::transport::call_board::{Words, ENTRIES};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::{ConnKey, Geometry, RecvConn, Registry, SendConn};
 use rustc_hash::FxHashMap as HashMap;
@@ -22,6 +23,9 @@ pub struct Conns {
     sends: Vec<SendConn>,
     recv_idx: HashMap<(usize, u32), usize>,
     recvs: Vec<RecvConn>,
+    /// This rank's last collectives on the communicator, by number: call
+    /// number + 1 (0: none) and fingerprint.
+    calls: [(u64, Words); ENTRIES],
 }
 
 impl Drop for Conns {
@@ -46,7 +50,56 @@ impl Conns {
             recvs: Vec::new(),
             dsends: Vec::new(),
             drecvs: Vec::new(),
+            calls: [(0, [0; 4]); ENTRIES],
         }
+    }
+
+    /// Notes collective `fp` as this rank starts it, and posts it where
+    /// the peers of its host can compare it with theirs ([`CallBoard`]).
+    ///
+    /// [`CallBoard`]: crate::transport::call_board::CallBoard
+    pub fn post_call(&mut self, fp: &Words) {
+        self.calls[fp[3] as usize % ENTRIES] = (fp[3].wrapping_add(1), *fp);
+        self.reg.post_call(self.comm, fp);
+    }
+
+    /// This rank's call number `seq`, if it is among the last ones.
+    fn own_call(&self, seq: u64) -> Option<Words> {
+        let (s, fp) = self.calls[seq as usize % ENTRIES];
+        (s == seq.wrapping_add(1)).then_some(fp)
+    }
+
+    /// What group rank `peer` posted as call number `seq`, where this rank
+    /// can see it (a peer of its host).
+    fn peer_call(&self, peer: usize, seq: u64) -> Option<Words> {
+        self.reg.peer_call(*self.endpoints.get(peer)?, self.comm, seq)
+    }
+
+    /// A call among this rank's last ones that group rank `peer` made
+    /// otherwise, as far as this rank can see: (ours, theirs), the
+    /// earliest first.
+    pub fn disagreement(&self, peer: usize) -> Option<(Words, Words)> {
+        let mut ours: Vec<Words> = self.calls.iter().filter(|c| c.0 != 0).map(|c| c.1).collect();
+        ours.sort_unstable_by_key(|w| w[3]);
+        ours.into_iter().find_map(|o| self.peer_call(peer, o[3]).filter(|t| *t != o).map(|t| (o, t)))
+    }
+
+    /// The two calls to name where group rank `peer` sent `theirs` to a
+    /// call of this rank's that is `ours`: the same call number on both
+    /// sides where it can be found (a message left over from an earlier
+    /// call was sent to this rank's call of that number; a peer ahead has
+    /// posted what it made of this rank's call).
+    pub fn explain(&self, peer: usize, ours: &Words, theirs: &Words) -> (Words, Words) {
+        if theirs[3] < ours[3] {
+            if let Some(o) = self.own_call(theirs[3]).filter(|o| o != theirs) {
+                return (o, *theirs);
+            }
+        } else if theirs[3] > ours[3] {
+            if let Some(t) = self.peer_call(peer, ours[3]).filter(|t| t != ours) {
+                return (*ours, t);
+            }
+        }
+        (*ours, *theirs)
     }
 
     fn key(&self, from: usize, to: usize, channel: u32) -> Result<ConnKey> {

@@ -145,7 +145,8 @@ impl Fingerprint {
                 KNOWN_OPS.iter().find(|o| name_hash(o) == h).map_or(format!("op#{h:08x}"), |o| o.to_string())
             ),
         };
-        let root = if code != P2P && root != 0 { format!(", root {root}") } else { String::new() };
+        let rooted = code != P2P && Coll::ALL.get(code as usize).is_some_and(|c| c.rooted());
+        let root = if rooted { format!(", root {root}") } else { String::new() };
         format!("{coll}({} × {ty} of {size} B{op}{root}) #{}", w[1], w[3])
     }
 }
@@ -156,12 +157,31 @@ impl fmt::Display for Fingerprint {
     }
 }
 
-const KNOWN_TYPES: [&str; 15] =
-    ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "isize", "usize", "f32", "f64", "f16", "bf16", SHARED_FRAME];
+const KNOWN_TYPES: [&str; 16] = [
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "isize",
+    "usize",
+    "f32",
+    "f64",
+    "f16",
+    "bf16",
+    SHARED_FRAME,
+    CHECK_WORD,
+];
 
 /// The element type of the calls that frame an all-reduce on shared
 /// buffers (`comm::shared`).
 pub(crate) const SHARED_FRAME: &str = "shared-buffer frame";
+
+/// The element type of the exchange of calls under `CCL_CHECK=full`.
+pub(crate) const CHECK_WORD: &str = "call check word";
 const KNOWN_OPS: [&str; 8] = ["sum", "prod", "min", "max", "avg", "band", "bor", "bxor"];
 
 #[cfg(test)]

@@ -383,8 +383,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 Some((p, bytes, fp)) => {
                     let peer = st.recv_peer().unwrap_or(0);
                     if fp != self.fp {
-                        let ours = fingerprint::Fingerprint::describe(&self.fp);
-                        let theirs = fingerprint::Fingerprint::describe(&fp);
+                        let (ours, theirs) = conns.explain(peer, &self.fp, &fp);
+                        let ours = fingerprint::Fingerprint::describe(&ours);
+                        let theirs = fingerprint::Fingerprint::describe(&theirs);
                         return Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(peer));
                     }
                     if bytes != n * size {

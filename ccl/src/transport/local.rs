@@ -2,6 +2,7 @@
 //! connection is a slot FIFO in ordinary memory. Both ends of a connection
 //! find the same FIFO in the fabric's table, whichever connects first.
 
+use super::call_board::{CallBoard, Words};
 use super::doorbell::{BellRef, Doorbell};
 use super::fifo::{FifoMem, FifoRecv, FifoSend};
 use super::{ConnKey, Geometry, RecvConn, SendConn, Transport};
@@ -15,6 +16,7 @@ pub struct Fabric {
     nslots: usize,
     slot_bytes: usize,
     bells: Vec<Arc<Doorbell>>,
+    boards: Vec<CallBoard>,
     fifos: Mutex<HashMap<ConnKey, Arc<FifoMem>>>,
     down: AtomicBool,
     why: Mutex<String>,
@@ -27,6 +29,7 @@ impl Fabric {
             nslots,
             slot_bytes,
             bells: (0..n).map(|_| Arc::new(Doorbell::new())).collect(),
+            boards: (0..n).map(|_| CallBoard::default()).collect(),
             fifos: Mutex::new(HashMap::new()),
             down: AtomicBool::new(false),
             why: Mutex::new(String::new()),
@@ -97,6 +100,16 @@ impl Transport for LocalEndpoint {
 
     fn bell(&self) -> &Doorbell {
         &self.fabric.bells[self.me]
+    }
+
+    fn post_call(&self, comm: u64, fp: &Words) {
+        if let Some(b) = self.fabric.boards.get(self.me) {
+            b.post(comm, fp);
+        }
+    }
+
+    fn peer_call(&self, peer: usize, comm: u64, seq: u64) -> Option<Words> {
+        self.fabric.boards.get(peer).filter(|_| peer != self.me)?.get(comm, seq)
     }
 
     fn check_alive(&self, _peers: &[usize]) -> Result<()> {

@@ -10,6 +10,7 @@
 //! threads. Shared memory and TCP plug in as further variants: the
 //! executor and the algorithms do not change.
 
+pub mod call_board;
 pub mod doorbell;
 pub mod fifo;
 pub mod local;
@@ -77,6 +78,14 @@ pub trait Transport: Send + Sync {
     /// This rank is failing because endpoint `lost` is gone: leave word
     /// where peers that then find this rank gone can read the root cause.
     fn publish_lost(&self, _lost: usize) {}
+    /// Posts collective `fp` of communicator `comm`, as this endpoint
+    /// starts it, where peers can read it ([`call_board`]).
+    fn post_call(&self, _comm: u64, _fp: &call_board::Words) {}
+    /// What endpoint `peer` posted as call `seq` of communicator `comm`,
+    /// where this transport can see it.
+    fn peer_call(&self, _peer: usize, _comm: u64, _seq: u64) -> Option<call_board::Words> {
+        None
+    }
     /// Whether peers wake this rank through its doorbell.
     fn uses_bell(&self) -> bool {
         true
@@ -447,6 +456,18 @@ impl Registry {
             }
             None => poll_on(&mut fds, timeout.min(std::time::Duration::from_millis(1))),
         }
+    }
+
+    /// Posts collective `fp` of communicator `comm` where this endpoint's
+    /// peers can read it (on the transport that provides its doorbell).
+    pub fn post_call(&self, comm: u64, fp: &call_board::Words) {
+        self.list[0].post_call(comm, fp);
+    }
+
+    /// What endpoint `peer` posted as call `seq` of communicator `comm`,
+    /// where some transport can see it (a peer of this host).
+    pub fn peer_call(&self, peer: usize, comm: u64, seq: u64) -> Option<call_board::Words> {
+        self.list.iter().find_map(|t| t.peer_call(peer, comm, seq))
     }
 
     /// Leaves word, on every transport, that endpoint `lost` is gone.

@@ -17,6 +17,7 @@
 //! Connecting never blocks: a connection whose peer has not arrived yet is
 //! retried by the progress engine on each poll.
 
+use super::call_board::{CallBoard, Words};
 use super::doorbell::{Bell, BellRef, Doorbell};
 use super::fifo::{FifoMem, FifoRecv, FifoSend};
 use super::shm_file::{self, JobFiles};
@@ -69,6 +70,14 @@ impl BellMap {
     /// where it could not be bound).
     pub fn wake(&self) -> Option<&WakeSocket> {
         self.wake.as_ref().filter(|w| w.fd().is_some())
+    }
+
+    /// The rank's last calls ([`CallBoard`]), after the doorbell and the cause.
+    fn board(&self) -> &CallBoard {
+        // SAFETY: offset 128 of a page-sized, page-aligned, zero-filled
+        // mapping that lives as long as `self`; a CallBoard is atomics
+        // (valid when zero, 8-byte aligned) and ends well within the page.
+        unsafe { &*(self.map.as_ptr().add(128) as *const CallBoard) }
     }
 
     /// Root cause left by this rank when it failed: 1 + the lost endpoint, or 0.
@@ -199,7 +208,9 @@ impl Shm {
         }
         let path = Self::bell_path(&self.files, peer, self.pids.get(peer).copied().unwrap_or(0));
         let f = self.files.open(&path, BELL_BYTES).ok()??;
-        Some(Arc::new(self.peer_map(peer, &f).ok()?))
+        let page = Arc::new(self.peer_map(peer, &f).ok()?);
+        self.peer_bells.lock().ok()?.insert(peer, Arc::clone(&page));
+        Some(page)
     }
 
     fn peer_bell(&self, peer: usize) -> Result<BellRef> {
@@ -292,6 +303,17 @@ impl Transport for Shm {
 
     fn uses_bell(&self) -> bool {
         self.enabled
+    }
+
+    fn post_call(&self, comm: u64, fp: &Words) {
+        self.bell.board().post(comm, fp);
+    }
+
+    fn peer_call(&self, peer: usize, comm: u64, seq: u64) -> Option<Words> {
+        if peer == self.me || self.hosts.get(peer) != self.hosts.get(self.me) {
+            return None;
+        }
+        self.peer_page(peer)?.board().get(comm, seq)
     }
 
     fn publish_lost(&self, lost: usize) {

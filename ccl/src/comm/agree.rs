@@ -1,0 +1,73 @@
+//! Ranks that disagree on a call: how they find out beyond the
+//! fingerprint every message carries.
+//!
+//! - `CCL_CHECK=full`: before every collective, the ranks all-gather its
+//!   fingerprint ([`all_agree`]); any difference fails the call on every
+//!   rank, naming this rank's call and a disagreeing rank's.
+//! - By default, a rank stuck waiting compares its last calls with what
+//!   the peers of its host posted (`Engine::check_peers`), a message left
+//!   over from an earlier call is named with this rank's call of that
+//!   number (`Conns::explain`), and a communicator dropped says so where
+//!   its last calls differ from a peer's ([`note_on_drop`]).
+
+use super::group::{Call, Group};
+use crate::algo::Coll;
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::fingerprint::{Fingerprint, Words, CHECK_WORD};
+use crate::exec::Conns;
+use crate::op::NoOp;
+use crate::Reduce;
+
+/// A word of the exchange: a type of its own, so that a rank checking
+/// and one not checking fail naming the check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+struct CheckWord(u64);
+
+// SAFETY: a u64: plain data, every bit pattern valid.
+unsafe impl Reduce for CheckWord {
+    const NAME: &'static str = CHECK_WORD;
+}
+
+/// Exchanges `fp`, this rank's next call, with every rank of `group`, as
+/// a call of the same number; `Err` naming this rank's call and the first
+/// rank's that differs.
+pub(crate) fn all_agree(group: &Group, fp: Fingerprint) -> Result<()> {
+    let ours = fp.words();
+    let mine = ours.map(CheckWord);
+    let mut all = vec![CheckWord(0); 4 * group.size()];
+    let seq = ours[3];
+    let call = Call {
+        coll: Coll::AllGather,
+        count: 4,
+        root: 0,
+        input: mine.as_ptr(),
+        output: all.as_mut_ptr(),
+        in_place: false,
+        timeout: None,
+        device: None,
+    };
+    // SAFETY: both buffers are this frame's, sized for the call (4 words
+    // in, 4 per rank out), and outlive it: run_numbered returns when the
+    // call has finished or failed.
+    unsafe { group.run_numbered::<CheckWord, NoOp>(call, seq) }?;
+    let theirs = all.chunks(4).map(|c| -> Words { std::array::from_fn(|i| c[i].0) });
+    match theirs.enumerate().find(|(_, t)| *t != ours) {
+        None => Ok(()),
+        Some((rank, t)) => {
+            let (ours, theirs) = (Fingerprint::describe(&ours), Fingerprint::describe(&t));
+            Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(rank))
+        }
+    }
+}
+
+/// What a communicator of `size` ranks being dropped on rank `rank` says
+/// where one of its last calls differs from a peer's of its host.
+pub(crate) fn note_on_drop(conns: &Conns, rank: usize, size: usize) -> Option<String> {
+    let (peer, (ours, theirs)) = (0..size).filter(|&p| p != rank).find_map(|p| Some((p, conns.disagreement(p)?)))?;
+    Some(format!(
+        "ccl: rank {rank}: this rank called {} but rank {peer} called {} (found as the communicator was dropped)",
+        Fingerprint::describe(&ours),
+        Fingerprint::describe(&theirs)
+    ))
+}

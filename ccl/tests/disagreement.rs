@@ -1,0 +1,105 @@
+//! Ranks that disagree on a call's root or count: every rank fails naming
+//! both calls, at the call itself under `CCL_CHECK=full`, and by default
+//! while one waits on the other or at the next call, never by the
+//! deadline. Ranks as threads.
+
+use ccl::config::CheckMode;
+use ccl::testing::LocalJob;
+use ccl::{Config, Error, ErrorKind, Sum};
+use std::time::Duration;
+
+/// A deadline far beyond what finding the disagreement takes: a test
+/// that ends by it fails (the error is then a timeout).
+fn config(check: CheckMode) -> Config {
+    Config { timeout: Duration::from_secs(60), check, ..Config::default() }
+}
+
+/// `e` is a mismatch whose two calls are the ones `want` names, in either
+/// order (this rank's is one of them).
+fn names_both(e: &Error, want: [&str; 2]) {
+    assert!(matches!(e.kind(), ErrorKind::Mismatch { .. }), "not a mismatch: {e}");
+    let s = e.to_string();
+    assert!(want.iter().all(|w| s.contains(w)), "{s} does not name {want:?}");
+}
+
+#[test]
+fn a_broadcast_whose_ranks_each_think_themselves_root_fails_by_the_next_call() {
+    for n in [2, 3] {
+        let out = LocalJob::new(n).config(config(CheckMode::Default)).run(|g| {
+            let c = g.typed::<f32>();
+            let mut v = vec![g.rank() as f32; 4];
+            let first = c.broadcast(&mut v, g.rank());
+            let mut w = vec![1.0f32; 4];
+            (first, c.all_reduce(&mut w, Sum))
+        });
+        for (rank, (first, next)) in out.into_iter().enumerate() {
+            // the call itself may end well on each rank (nothing it sends is checked)
+            let e = first.err().or(next.err()).unwrap_or_else(|| panic!("rank {rank} of {n} saw nothing wrong"));
+            let own = format!("root {rank})");
+            names_both(&e, [&own, "but the peer called broadcast("]);
+            assert_eq!(e.to_string().matches("root ").count(), 2, "{e}");
+        }
+    }
+}
+
+#[test]
+fn a_reduce_whose_ranks_disagree_on_the_root_fails_instead_of_hanging() {
+    for n in [2, 3, 4] {
+        let out = LocalJob::new(n).config(config(CheckMode::Default)).run(|g| {
+            let mut v = vec![1.0f32; 8];
+            g.typed::<f32>().reduce(&mut v, Sum, g.rank())
+        });
+        for (rank, r) in out.into_iter().enumerate() {
+            let e = r.expect_err("roots differ");
+            names_both(&e, [&format!("root {rank})"), "reduce("]);
+        }
+    }
+}
+
+#[test]
+fn a_large_broadcast_of_many_roots_fails_instead_of_hanging() {
+    let out = LocalJob::new(4).config(config(CheckMode::Default)).run(|g| {
+        let mut v = vec![g.rank() as f32; 4 << 20];
+        g.typed::<f32>().broadcast(&mut v, g.rank())
+    });
+    for (rank, r) in out.into_iter().enumerate() {
+        let root = format!("root {rank})");
+        names_both(&r.expect_err("roots differ"), [&root, "broadcast(4194304 × f32"]);
+    }
+}
+
+#[test]
+fn a_rank_passing_no_elements_where_the_others_pass_1000_fails_by_its_next_call() {
+    let out = LocalJob::new(3).config(config(CheckMode::Default)).run(|g| {
+        let c = g.typed::<f32>();
+        let mut v = vec![1.0f32; if g.rank() == 1 { 0 } else { 1000 }];
+        let first = c.all_reduce(&mut v, Sum);
+        let mut w = vec![1.0f32; 4];
+        (first, c.all_reduce(&mut w, Sum))
+    });
+    for (rank, (first, next)) in out.into_iter().enumerate() {
+        let e = first.err().or(next.err()).unwrap_or_else(|| panic!("rank {rank} saw nothing wrong"));
+        // the ranks of 1000 name the rank of none; it names one of them
+        names_both(&e, ["all_reduce(1000 × f32", "all_reduce(0 × f32"]);
+    }
+}
+
+#[test]
+fn under_full_checking_every_rank_fails_at_the_call_itself() {
+    let out = LocalJob::new(3).config(config(CheckMode::Full)).run(|g| {
+        let c = g.typed::<f32>();
+        let mut v = vec![1.0f32; 4];
+        // calls that agree run as ever, checked
+        c.all_reduce(&mut v, Sum).expect("agreed");
+        let roots = c.broadcast(&mut v, g.rank()).expect_err("roots differ");
+        let mut n = vec![1.0f32; if g.rank() == 2 { 0 } else { 1000 }];
+        let counts = c.all_reduce(&mut n, Sum).expect_err("counts differ");
+        (v, roots, counts)
+    });
+    for (rank, (v, roots, counts)) in out.into_iter().enumerate() {
+        assert_eq!(v, vec![3.0; 4]);
+        names_both(&roots, [&format!("root {rank})"), "broadcast(4 × f32"]);
+        assert!(roots.to_string().contains(&format!("rank {rank}, broadcast #1")), "{roots}");
+        names_both(&counts, ["all_reduce(1000 × f32", "all_reduce(0 × f32"]);
+    }
+}
