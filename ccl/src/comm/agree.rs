@@ -17,6 +17,7 @@ use crate::exec::fingerprint::{Fingerprint, Words, CHECK_WORD};
 use crate::exec::Conns;
 use crate::op::NoOp;
 use crate::Reduce;
+use std::time::{Duration, Instant};
 
 /// A word of the exchange: a type of its own, so that a rank checking
 /// and one not checking fail naming the check.
@@ -61,10 +62,21 @@ pub(crate) fn all_agree(group: &Group, fp: Fingerprint) -> Result<()> {
     }
 }
 
-/// What a communicator of `size` ranks being dropped on rank `rank` says
-/// where one of its last calls differs from a peer's of its host.
-pub(crate) fn note_on_drop(conns: &Conns, rank: usize, size: usize) -> Option<String> {
-    let (peer, (ours, theirs)) = (0..size).filter(|&p| p != rank).find_map(|p| Some((p, conns.disagreement(p)?)))?;
+/// How long a communicator being dropped waits for the peers of its host
+/// to post its last call, where they have not yet.
+const DROP_WAIT: Duration = Duration::from_millis(100);
+
+/// What a communicator being dropped on rank `rank` says where one of its
+/// last calls differs from that of a peer of its host (`local`, this rank
+/// among them); it waits up to [`DROP_WAIT`] for them to post its last
+/// call (a rank whose call ended at once may be ahead of its peers).
+pub(crate) fn note_on_drop(conns: &Conns, rank: usize, local: &[usize]) -> Option<String> {
+    let peers: Vec<usize> = local.iter().copied().filter(|&p| p != rank).collect();
+    let t = Instant::now();
+    while t.elapsed() < DROP_WAIT && peers.iter().any(|&p| !conns.posted_last(p)) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (peer, (ours, theirs)) = peers.iter().find_map(|&p| Some((p, conns.disagreement(p)?)))?;
     Some(format!(
         "ccl: rank {rank}: this rank called {} but rank {peer} called {} (found as the communicator was dropped)",
         Fingerprint::describe(&ours),

@@ -90,7 +90,8 @@ impl Drop for Inner {
         }
         let Ok(State { engine, .. }) = self.state.get_mut() else { return };
         if engine.check_usable().is_ok() {
-            if let Some(note) = super::agree::note_on_drop(&engine.conns, self.rank, self.size) {
+            let local = self.hosts.groups().into_iter().find(|g| g.contains(&self.rank)).unwrap_or_default();
+            if let Some(note) = super::agree::note_on_drop(&engine.conns, self.rank, &local) {
                 eprintln!("{note}");
             }
         }

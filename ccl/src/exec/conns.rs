@@ -75,6 +75,13 @@ impl Conns {
         self.reg.peer_call(*self.endpoints.get(peer)?, self.comm, seq)
     }
 
+    /// Whether group rank `peer` has posted this rank's last call (true
+    /// where this rank made none).
+    pub fn posted_last(&self, peer: usize) -> bool {
+        let last = self.calls.iter().filter(|c| c.0 != 0).map(|c| c.1[3]).max();
+        last.is_none_or(|seq| self.peer_call(peer, seq).is_some())
+    }
+
     /// A call among this rank's last ones that group rank `peer` made
     /// otherwise, as far as this rank can see: (ours, theirs), the
     /// earliest first.

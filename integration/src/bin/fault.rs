@@ -9,8 +9,11 @@
 //! prints its pid and waits in an all-reduce rank 1 joins 30 s later.
 //! `fault loop S`: all-reduce in a loop for S seconds (rank 0 prints
 //! `looping` once every rank has done one), for faults from outside.
-//! `fault check N`: all_reduce N elements, in place and on an
-//! `alloc_shared` buffer, and check them (prints `checked`).
+//! `fault check N [split]`: all_reduce N elements, in place and on an
+//! `alloc_shared` buffer, and check them (prints `checked`); with `split`,
+//! then idle a second, split in two and all_reduce in each half.
+//! `fault roots broadcast|reduce N`: every rank its own root, then an
+//! all_reduce.
 //! `fault alloc-hang N`: rank 0 waits inside `alloc_shared(N)` for ranks
 //! that never come.
 
@@ -91,7 +94,32 @@ fn main() {
                 eprintln!("rank {} error: element {i}: {} and {} where {} was due", g.rank(), v[i], s[i], want(i));
                 std::process::exit(1)
             }
+            if args.get(2).map(String::as_str) == Some("split") {
+                // idle a while (listeners meet strangers), then new connections
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                let color = Some((g.rank() % 2) as u32);
+                let half = g.split(color, g.rank() as i64).unwrap_or_else(|e| report(e));
+                let Some(half) = half else { return };
+                let mut h = vec![1.0f32; n];
+                half.typed::<f32>().all_reduce(&mut h, Sum).unwrap_or_else(|e| report(e));
+                if h.iter().any(|&x| x != half.size() as f32) {
+                    eprintln!("rank {} error: the split's all_reduce came out wrong", g.rank());
+                    std::process::exit(1)
+                }
+            }
             println!("checked");
+        }
+        Some("roots") => {
+            // every rank calls a broadcast or reduce of N elements with
+            // itself as the root, then an all_reduce
+            let mut v = vec![g.rank() as f32; arg(2)];
+            let first = match args.get(1).map(String::as_str) {
+                Some("reduce") => comm.reduce(&mut v, Sum, g.rank()),
+                _ => comm.broadcast(&mut v, g.rank()),
+            };
+            first.unwrap_or_else(|e| report(e));
+            comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            println!("no error");
         }
         Some("alloc-hang") => {
             // rank 0 waits inside alloc_shared of N floats (its file made)
@@ -107,7 +135,7 @@ fn main() {
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
         _ => eprintln!(
-            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N | alloc-hang N | hang"
+            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N [split] | roots broadcast|reduce N | alloc-hang N | hang"
         ),
     }
 }
