@@ -191,8 +191,9 @@ impl KnobValue for SlotStores {
 pub enum CheckMode {
     /// Every message's fingerprint is checked; calls that send the
     /// disagreeing ranks nothing to check (roots or counts that differ)
-    /// are found while a rank waits on a peer of its host, at the next
-    /// call, or with a warning when the communicator is dropped.
+    /// are found while a rank waits on a peer (they compare their last
+    /// calls), at the next call, or with a warning when the communicator
+    /// is dropped.
     #[default]
     Default,
     /// Also, every collective first exchanges its fingerprint with every
@@ -272,7 +273,7 @@ knobs! {
     timeout: Duration = Duration::from_secs(300), "CCL_TIMEOUT", "300";
     /// What ccl prints to stderr: NONE, WARN, INFO (algorithm choices), TRACE.
     debug: LogLevel = LogLevel::Warn, "CCL_DEBUG", "WARN";
-    /// default: every message's call is checked, and calls whose ranks disagree on the root or count are found when one waits on a peer of its host, at the next call, or when the communicator is dropped; full: every collective first exchanges its call with every rank, so any disagreement fails the call itself on every rank.
+    /// default: every message's call is checked, and calls whose ranks disagree on the root or count are found when one waits on another (ranks compare their last calls), at the next call, or when the communicator is dropped; full: every collective first exchanges its call with every rank, so any disagreement fails the call itself on every rank.
     check: CheckMode = CheckMode::Default, "CCL_CHECK", "default";
     /// 1: ranks on one host talk over TCP instead of shared memory.
     shm_disable: bool = false, "CCL_SHM_DISABLE", "0";

@@ -273,3 +273,21 @@ fn a_host_whose_link_goes_down_ends_the_job_with_errors() {
     assert!(err.contains("ending the job"), "{err}");
     assert!(eventually(60, || c.strays().is_empty()), "left running: {:?}", c.strays());
 }
+
+#[test]
+fn roots_mismatched_across_hosts_fail_instead_of_hanging() {
+    let Some(c) = Cluster::up("roots", 2, 2) else { return };
+    let fault = env!("CARGO_BIN_EXE_fault");
+    // every rank its own root: one rank a host, where a rank cannot read
+    // its peer's calls but is told them; then two a host by node
+    for (np, coll, count) in [("2", "reduce", "4"), ("2", "broadcast", "4194304"), ("4", "reduce", "1048576")] {
+        let t = Instant::now();
+        let args = ["-np", np, "--map-by", "node", "-x", "CCL_TIMEOUT=60", fault, "roots", coll, count];
+        let o = run(&c, &args);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{np} ranks, {coll} {count}: {err}");
+        assert!(err.contains("but the peer called") && err.contains(", root "), "{np} ranks, {coll} {count}: {err}");
+        assert!(t.elapsed() < Duration::from_secs(40), "{coll} {count}: ended by the deadline: {err}");
+    }
+    assert_clean(&c);
+}

@@ -96,7 +96,7 @@ impl Rendezvous {
 
     /// Accepts ranks until all `nranks` have said hello, then sends each the
     /// table. Each connection authenticates on a thread of its own, so
-    /// idle or slow strangers hold up no rank; at most [`HANDSHAKES`] at a
+    /// idle or slow strangers hold up no rank; at most `HANDSHAKES` at a
     /// time, the oldest dropped for a newcomer. Connections that fail
     /// authentication or send garbage are dropped and logged with their
     /// source address; the others go on.

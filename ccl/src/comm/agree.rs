@@ -5,10 +5,11 @@
 //!   fingerprint ([`all_agree`]); any difference fails the call on every
 //!   rank, naming this rank's call and a disagreeing rank's.
 //! - By default, a rank stuck waiting compares its last calls with what
-//!   the peers of its host posted (`Engine::check_peers`), a message left
-//!   over from an earlier call is named with this rank's call of that
-//!   number (`Conns::explain`), and a communicator dropped says so where
-//!   its last calls differ from a peer's ([`note_on_drop`]).
+//!   the peers it waits on posted, or told it from other hosts
+//!   (`Engine::check_peers`); a message left over from an earlier call is
+//!   named with this rank's call of that number (`Conns::explain`); and a
+//!   communicator dropped says so where its last calls differ from a
+//!   peer's ([`note_on_drop`]).
 
 use super::group::{Call, Group};
 use crate::algo::Coll;

@@ -468,6 +468,9 @@ impl Engine {
             self.next_compare.set(now + CALLS_CHECK);
         }
         for &p in peers.iter().filter(|_| compare) {
+            // a peer that cannot read this rank's calls is told them; one
+            // out of reach is for the liveness check below
+            let _ = self.conns.tell_calls(p);
             if let Some((ours, theirs)) = self.conns.disagreement(p) {
                 let (ours, theirs) = (Fingerprint::describe(&ours), Fingerprint::describe(&theirs));
                 return Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(p));

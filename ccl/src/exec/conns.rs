@@ -70,9 +70,19 @@ impl Conns {
     }
 
     /// What group rank `peer` posted as call number `seq`, where this rank
-    /// can see it (a peer of its host).
+    /// can see it (a peer of its host) or was told it (one of another).
     fn peer_call(&self, peer: usize, seq: u64) -> Option<Words> {
         self.reg.peer_call(*self.endpoints.get(peer)?, self.comm, seq)
+    }
+
+    /// Tells group rank `peer` this rank's last calls, where it cannot
+    /// read them itself (a peer on another host): once for each latest
+    /// call, so that a peer stuck on this rank can compare.
+    pub fn tell_calls(&self, peer: usize) -> Result<()> {
+        let mut ours: Vec<Words> = self.calls.iter().filter(|c| c.0 != 0).map(|c| c.1).collect();
+        ours.sort_unstable_by_key(|w| w[3]);
+        let Some(&ep) = self.endpoints.get(peer) else { return Ok(()) };
+        self.reg.tell_calls(ep, self.comm, &ours)
     }
 
     /// Whether group rank `peer` has posted this rank's last call (true

@@ -8,7 +8,9 @@
 //! collective's fingerprint here as it starts it; a rank stuck waiting on
 //! a peer compares what the peer posted for the same call numbers with
 //! its own, and fails naming both calls. Entries are written by their
-//! rank alone, under a sequence lock, and read only on slow paths.
+//! rank alone, under a sequence lock, and read only on slow paths. Peers
+//! on other hosts are told a stuck rank's calls over TCP instead
+//! (`transport::tcp::notice`).
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 

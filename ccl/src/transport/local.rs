@@ -112,6 +112,10 @@ impl Transport for LocalEndpoint {
         self.fabric.boards.get(peer).filter(|_| peer != self.me)?.get(comm, seq)
     }
 
+    fn sees_calls_of(&self, peer: usize) -> bool {
+        peer < self.fabric.boards.len()
+    }
+
     fn check_alive(&self, _peers: &[usize]) -> Result<()> {
         if self.fabric.down.load(Ordering::SeqCst) {
             let why = self.fabric.why.lock().map(|w| w.clone()).unwrap_or_default();

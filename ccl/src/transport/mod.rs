@@ -82,9 +82,19 @@ pub trait Transport: Send + Sync {
     /// starts it, where peers can read it ([`call_board`]).
     fn post_call(&self, _comm: u64, _fp: &call_board::Words) {}
     /// What endpoint `peer` posted as call `seq` of communicator `comm`,
-    /// where this transport can see it.
+    /// where this transport can see it (or was told it).
     fn peer_call(&self, _peer: usize, _comm: u64, _seq: u64) -> Option<call_board::Words> {
         None
+    }
+    /// Whether this transport reads endpoint `peer`'s posted calls where
+    /// they are (a peer of the same host).
+    fn sees_calls_of(&self, _peer: usize) -> bool {
+        false
+    }
+    /// Tells endpoint `peer`, which cannot read them, this endpoint's last
+    /// `calls` of communicator `comm`.
+    fn tell_calls(&self, _peer: usize, _comm: u64, _calls: &[call_board::Words]) -> Result<()> {
+        Ok(())
     }
     /// Whether peers wake this rank through its doorbell.
     fn uses_bell(&self) -> bool {
@@ -468,6 +478,15 @@ impl Registry {
     /// where some transport can see it (a peer of this host).
     pub fn peer_call(&self, peer: usize, comm: u64, seq: u64) -> Option<call_board::Words> {
         self.list.iter().find_map(|t| t.peer_call(peer, comm, seq))
+    }
+
+    /// Tells endpoint `peer` this endpoint's last `calls` of communicator
+    /// `comm`, where no transport lets it read them itself.
+    pub fn tell_calls(&self, peer: usize, comm: u64, calls: &[call_board::Words]) -> Result<()> {
+        if self.list.iter().any(|t| t.sees_calls_of(peer)) {
+            return Ok(());
+        }
+        self.list.iter().try_for_each(|t| t.tell_calls(peer, comm, calls))
     }
 
     /// Leaves word, on every transport, that endpoint `lost` is gone.

@@ -310,10 +310,14 @@ impl Transport for Shm {
     }
 
     fn peer_call(&self, peer: usize, comm: u64, seq: u64) -> Option<Words> {
-        if peer == self.me || self.hosts.get(peer) != self.hosts.get(self.me) {
+        if !self.sees_calls_of(peer) {
             return None;
         }
         self.peer_page(peer)?.board().get(comm, seq)
+    }
+
+    fn sees_calls_of(&self, peer: usize) -> bool {
+        peer != self.me && self.hosts.get(peer).is_some() && self.hosts.get(peer) == self.hosts.get(self.me)
     }
 
     fn publish_lost(&self, lost: usize) {

@@ -146,6 +146,7 @@ impl Shared {
                 Ok(k)
             });
             match kept {
+                Ok((key, _)) if key.2 == super::notice::NOTICE => self.keep_notice(key.1, s),
                 Ok((key, idx)) => {
                     if let Ok(mut inbox) = self.inbox.lock() {
                         inbox.entry(key).or_insert_with(|| (0..self.nsocks).map(|_| None).collect())[idx] = Some(s);

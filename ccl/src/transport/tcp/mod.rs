@@ -17,6 +17,7 @@
 
 mod frame;
 mod hello;
+mod notice;
 mod recv;
 mod send;
 mod slots;
@@ -68,6 +69,8 @@ struct Shared {
     /// Nonces of the hellos accepted so far: a hello seen once is refused
     /// if it comes again (a replay), so a recorded hello admits no one.
     seen: Mutex<std::collections::HashSet<[u8; 16]>>,
+    /// What peers on other hosts told of their last calls ([`notice`]).
+    told: Mutex<notice::Told>,
 }
 
 /// Seconds idle before the first keepalive probe, between probes, and
@@ -150,6 +153,8 @@ pub struct Tcp {
     /// Every endpoint's host as the errors name it: its address.
     hosts: Arc<[String]>,
     bell: Doorbell,
+    /// (peer, communicator, latest call) told so far ([`notice`]).
+    told_to: Mutex<std::collections::HashSet<(usize, u64, u64)>>,
 }
 
 /// Endpoint `r`'s host in `hosts`, for an error that names it lost.
@@ -187,11 +192,12 @@ impl Tcp {
             unclaimed: AtomicUsize::new(0),
             pending: Mutex::new(Vec::new()),
             seen: Mutex::new(std::collections::HashSet::new()),
+            told: Mutex::default(),
         };
         let hosts = peers.iter().map(|a| a.ip().to_string()).collect();
         let shared = Arc::new(shared);
         Shared::accept_in_background(&shared);
-        Tcp { shared, checksum, peers, hosts, bell: Doorbell::new() }
+        Tcp { shared, checksum, peers, hosts, bell: Doorbell::new(), told_to: Mutex::default() }
     }
 }
 
@@ -256,6 +262,14 @@ impl Transport for Tcp {
 
     fn uses_bell(&self) -> bool {
         false
+    }
+
+    fn peer_call(&self, peer: usize, comm: u64, seq: u64) -> Option<super::call_board::Words> {
+        self.shared.told(peer, comm, seq)
+    }
+
+    fn tell_calls(&self, peer: usize, comm: u64, calls: &[super::call_board::Words]) -> Result<()> {
+        self.tell(peer, comm, calls)
     }
 }
 
@@ -400,6 +414,24 @@ mod tests {
         let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
         assert_eq!(relay(&mut s, &mut r, &[vec![3; 8]]).expect("relayed"), vec![vec![3; 8]]);
         drop(idle);
+    }
+
+    #[test]
+    fn a_peer_on_another_host_is_told_this_rank_s_last_calls() {
+        let (tx, rx) = pair(false);
+        let calls = [[11, 12, 13, 5], [21, 22, 23, 6]];
+        tx.tell_calls(1, 7, &calls).expect("told");
+        let t = Instant::now();
+        while rx.peer_call(0, 7, 6).is_none() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(rx.peer_call(0, 7, 6), Some(calls[1]));
+        assert_eq!(rx.peer_call(0, 7, 5), Some(calls[0]));
+        assert_eq!(rx.peer_call(0, 8, 5), None, "another communicator's call");
+        assert_eq!(rx.peer_call(1, 7, 5), None, "told by rank 0, not rank 1");
+        // told once per latest call: a second telling opens nothing
+        tx.tell_calls(1, 7, &calls).expect("nothing to tell");
+        assert_eq!(tx.told_to.lock().expect("told").len(), 1);
     }
 
     #[test]
