@@ -213,12 +213,13 @@ pub fn join(id: &UniqueId, me: &PeerInfo, nranks: usize, timeout: Duration) -> R
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     s.set_read_timeout(Some(left)).map_err(io)?;
     let waited = Instant::now();
-    let f = read_frame(&mut s, MAX_FRAME).map_err(|e| match waited.elapsed() + Duration::from_millis(50) >= left {
-        true => Error::new(crate::ErrorKind::Timeout {
-            secs: waited.elapsed().as_secs_f64(),
-            waiting: format!("for the rendezvous at {} to hear from every rank (CCL_TIMEOUT)", id.addr),
-        }),
-        false => e,
+    // a read that ran out of time is the rendezvous timing out
+    let f = read_frame(&mut s, MAX_FRAME).map_err(|e| {
+        if waited.elapsed() + Duration::from_millis(50) < left {
+            return e;
+        }
+        let waiting = format!("for the rendezvous at {} to hear from every rank (CCL_TIMEOUT)", id.addr);
+        Error::new(crate::ErrorKind::Timeout { secs: waited.elapsed().as_secs_f64(), waiting })
     })?;
     let table = decode_table(&f)?;
     let n = table.len();

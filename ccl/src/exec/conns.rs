@@ -79,26 +79,28 @@ impl Conns {
     /// read them itself (a peer on another host): once for each latest
     /// call, so that a peer stuck on this rank can compare.
     pub fn tell_calls(&self, peer: usize) -> Result<()> {
+        let Some(&ep) = self.endpoints.get(peer) else { return Ok(()) };
+        self.reg.tell_calls(ep, self.comm, &self.recent())
+    }
+
+    /// This rank's last calls, in the order it made them.
+    fn recent(&self) -> Vec<Words> {
         let mut ours: Vec<Words> = self.calls.iter().filter(|c| c.0 != 0).map(|c| c.1).collect();
         ours.sort_unstable_by_key(|w| w[3]);
-        let Some(&ep) = self.endpoints.get(peer) else { return Ok(()) };
-        self.reg.tell_calls(ep, self.comm, &ours)
+        ours
     }
 
     /// Whether group rank `peer` has posted this rank's last call (true
     /// where this rank made none).
     pub fn posted_last(&self, peer: usize) -> bool {
-        let last = self.calls.iter().filter(|c| c.0 != 0).map(|c| c.1[3]).max();
-        last.is_none_or(|seq| self.peer_call(peer, seq).is_some())
+        self.recent().last().is_none_or(|c| self.peer_call(peer, c[3]).is_some())
     }
 
     /// A call among this rank's last ones that group rank `peer` made
     /// otherwise, as far as this rank can see: (ours, theirs), the
     /// earliest first.
     pub fn disagreement(&self, peer: usize) -> Option<(Words, Words)> {
-        let mut ours: Vec<Words> = self.calls.iter().filter(|c| c.0 != 0).map(|c| c.1).collect();
-        ours.sort_unstable_by_key(|w| w[3]);
-        ours.into_iter().find_map(|o| self.peer_call(peer, o[3]).filter(|t| *t != o).map(|t| (o, t)))
+        self.recent().into_iter().find_map(|o| self.peer_call(peer, o[3]).filter(|t| *t != o).map(|t| (o, t)))
     }
 
     /// The two calls to name where group rank `peer` sent `theirs` to a

@@ -104,12 +104,15 @@ impl Shared {
     pub(super) fn accept(&self) {
         let Ok(mut pending) = self.pending.lock() else { return };
         while let Ok((s, from)) = self.listener.accept() {
+            // where too many wait from this address (`same`) or from any,
+            // the oldest of them
             let oldest = |p: &[Unhello], same: bool| {
-                let of = p.iter().enumerate().filter(|(_, u)| !same || u.1.ip() == from.ip());
-                let (n, first) = of.fold((0, None::<(usize, Instant)>), |(n, o), (i, u)| {
-                    (n + 1, if o.is_some_and(|(_, d)| d <= u.2) { o } else { Some((i, u.2)) })
-                });
-                first.filter(|_| n >= if same { UNHELLOED.0 } else { UNHELLOED.1 }).map(|(i, _)| i)
+                let of: Vec<usize> = (0..p.len()).filter(|&i| !same || p[i].1.ip() == from.ip()).collect();
+                let cap = if same { UNHELLOED.0 } else { UNHELLOED.1 };
+                if of.len() < cap {
+                    return None;
+                }
+                of.into_iter().min_by_key(|&i| p[i].2)
             };
             if let Some(i) = oldest(&pending, true).or_else(|| oldest(&pending, false)) {
                 let gone = pending.swap_remove(i);
