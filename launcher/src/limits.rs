@@ -1,21 +1,20 @@
 //! How many ranks one host may be asked to start.
 //!
-//! As mpirun does, a job on this host alone may not ask for far more ranks
-//! than it has CPUs unless `--oversubscribe` says so: `-np 100000` is a
-//! typo, and starting its ranks would take the machine for the better
-//! part of an hour. No job, oversubscribed or not, may ask for more
-//! processes than the kernel has process ids left (`pid_max`).
+//! As mpirun does, a job on this host alone (no hostfile, no `-H`) may not
+//! ask for far more ranks than it has CPUs unless `--oversubscribe` says
+//! so: `-np 100000` is a typo, and starting its ranks would take the
+//! machine for the better part of an hour. Nor, oversubscribed or not,
+//! for more processes than the kernel has process ids left (`pid_max`).
 
 /// Ranks per CPU that a job on this host alone may have without
 /// `--oversubscribe`.
 pub const RANKS_PER_CPU: usize = 64;
 
-/// `Err` with the reason if `np` ranks may not start on this host; the
-/// CPU bound applies only where `by_cpus` (no hostfile and no
-/// `--oversubscribe`).
-pub fn check_np(np: usize, by_cpus: bool) -> Result<(), String> {
+/// `Err` with the reason if `np` ranks of a job on this host alone may
+/// not start; the CPU bound does not apply to an `oversubscribe`d job.
+pub fn check_np(np: usize, oversubscribe: bool) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    check(np, by_cpus, cpus, free_pids())
+    check(np, !oversubscribe, cpus, free_pids())
 }
 
 fn check(np: usize, by_cpus: bool, cpus: usize, free_pids: Option<usize>) -> Result<(), String> {

@@ -118,8 +118,10 @@ fn run() -> i32 {
     if let Some(t) = cli.timeout.filter(|t| !(t.is_finite() && *t > 0.0)) {
         return fail(format!("--timeout {t}: must be a positive number of seconds"), 2);
     }
-    if let Err(e) = limits::check_np(cli.np, local_only && !cli.oversubscribe) {
-        return fail(e, 2);
+    if local_only {
+        if let Err(e) = limits::check_np(cli.np, cli.oversubscribe) {
+            return fail(e, 2);
+        }
     }
     let (hosts, oversubscribe) = match (&cli.hostfile, &cli.host) {
         (Some(f), _) => match std::fs::read_to_string(f) {
