@@ -15,7 +15,7 @@
 //! <why>`. Only the launcher's notes count: a file that is a link, or is
 //! not this user's own and closed to others, is not read.
 
-use crate::transport::shm_file::JobFiles;
+use crate::transport::shm_file::{self, JobFiles};
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -43,9 +43,7 @@ pub fn path(files: &JobFiles, launcher_pid: u32) -> PathBuf {
 fn read_own(at: &Path) -> Option<String> {
     let mut f = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(at).ok()?;
     let m = f.metadata().ok()?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !m.file_type().is_file() || m.uid() != me || m.mode() & 0o022 != 0 {
+    if !m.file_type().is_file() || m.uid() != shm_file::euid() || m.mode() & 0o022 != 0 {
         return None;
     }
     let mut text = String::new();
@@ -125,8 +123,7 @@ mod tests {
         // another user's file (only root can make one)
         std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         assert_eq!(read(&at).len(), 1, "this user's own file counts");
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
+        if shm_file::euid() == 0 {
             std::os::unix::fs::chown(&at, Some(65534), Some(65534)).expect("chown");
             assert!(read(&at).is_empty(), "another user's notes do not count");
         }
