@@ -77,18 +77,28 @@ impl Shared {
 
 impl Tcp {
     /// Tells endpoint `peer` this rank's last `calls` of communicator
-    /// `comm` (once for each latest call), on a notice connection.
+    /// `comm` (once for each latest call), on a notice connection made by
+    /// a thread of its own: a peer out of reach holds up nothing (its
+    /// loss is for the liveness checks to find).
     pub(super) fn tell(&self, peer: usize, comm: u64, calls: &[Words]) -> Result<()> {
         let Some(latest) = calls.iter().map(|c| c[3]).max() else { return Ok(()) };
         let first = self.told_to.lock().is_ok_and(|mut t| t.insert((peer, comm, latest)));
         let Some(&addr) = self.peers.get(peer).filter(|_| first && peer != self.shared.me) else { return Ok(()) };
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
-            .map_err(|e| io_err(&format!("connect to {addr}"), e))?;
-        s.set_write_timeout(Some(Duration::from_secs(1))).map_err(|e| io_err("notice", e))?;
         let mut bytes = self.shared.hello(ConnKey { comm, from: self.shared.me, to: peer, channel: NOTICE }, 0)?;
         for c in calls {
             bytes.extend(std::iter::once(comm).chain(c.iter().copied()).flat_map(u64::to_le_bytes));
         }
-        s.write_all(&bytes).map_err(|e| io_err("notice", e))
+        let send = move || -> std::io::Result<()> {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+            s.set_write_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(&bytes)
+        };
+        std::thread::Builder::new()
+            .name("ccl-tcp-notice".into())
+            .spawn(move || {
+                let _ = send();
+            })
+            .map(drop)
+            .map_err(|e| io_err("notice thread", e))
     }
 }
