@@ -86,7 +86,7 @@ pub fn pieces(slot_bytes: usize, elem: usize, ring: Geometry) -> (usize, usize) 
 
 /// Pipeline pieces a call is cut into at most: a smaller `CCL_CHUNKSIZE`
 /// is raised to fit (a schedule's steps, and so its set-up, grow with its
-/// pieces; `CCL_CHUNKSIZE=1` on 256 K floats made set-up take minutes).
+/// pieces).
 pub const MAX_PIECES: usize = 1024;
 
 /// Pieces per rank at most when simulating; larger calls are timed with
