@@ -2,7 +2,8 @@
 # Every check, as CI runs it: formatting, lints, all tests (unit, symbolic
 # schedule proofs for 1..64 ranks, proptest, thread-rank collectives,
 # compile-fail, processes through cclrun, the fault suite, examples, doc
-# tests, hosts in network namespaces over SSH, mpirun), the MPI bootstrap
+# tests, hosts in network namespaces over SSH, mpirun), loom on the slot
+# FIFO and the doorbell, the MPI bootstrap
 # (feature `mpi`), ccl-perf's Gloo backend (feature `gloo`), the CUDA
 # kernels compiled by NVRTC (feature `cuda`, NVRTC from PyPI into
 # .cache/cuda), then every fuzz target for CCL_FUZZ_SECONDS (default 30;
@@ -20,6 +21,8 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -q -- -D warnings
 cargo clippy -p ccl-integration -p ccl-examples --all-targets --features ccl-integration/mpi,ccl-examples/mpi,ccl-integration/gloo,ccl-examples/gloo -q -- -D warnings
 cargo test --workspace
+# the slot FIFO and the doorbell under loom (--cfg loom, target/loom)
+scripts/loom.sh
 # ccl-perf with --backend mpi, then the MPI bootstrap and backend tests
 cargo build -p ccl-examples --features mpi --bin ccl-perf
 cargo test -p ccl-integration --features mpi --test mpi_feature

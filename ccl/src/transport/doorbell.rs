@@ -7,7 +7,7 @@
 //! The counter is plain memory, so the same code works between processes
 //! once it lives in a shared mapping.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use super::sync::{store_load_order, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,6 @@ impl Bell for Doorbell {
 }
 
 /// A futex-backed wake-up counter.
-#[derive(Debug, Default)]
 #[repr(C)]
 pub struct Doorbell {
     seq: AtomicU32,
@@ -41,12 +40,40 @@ pub struct Doorbell {
     /// Owners sleeping in `poll()` instead of on the futex
     /// ([`poll_while`](Self::poll_while)).
     pollers: AtomicU32,
+    /// Under loom, the futex: a sleeper compares and sleeps under the lock
+    /// a waker takes, as the kernel does under its hash bucket's.
+    #[cfg(loom)]
+    futex: (loom::sync::Mutex<()>, loom::sync::Condvar),
+}
+
+impl std::fmt::Debug for Doorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Doorbell({})", self.seq.load(Ordering::Relaxed))
+    }
+}
+
+impl Default for Doorbell {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Doorbell {
     /// A new doorbell.
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
         Doorbell { seq: AtomicU32::new(0), sleepers: AtomicU32::new(0), pollers: AtomicU32::new(0) }
+    }
+
+    /// A new doorbell.
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        Doorbell {
+            seq: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+            pollers: AtomicU32::new(0),
+            futex: Default::default(),
+        }
     }
 
     /// The current count; read it *before* looking for work, then pass it
@@ -58,16 +85,18 @@ impl Doorbell {
     /// Wakes whoever sleeps on this bell.
     pub fn ring(&self) {
         self.seq.fetch_add(1, Ordering::SeqCst);
+        store_load_order();
         if self.sleepers.load(Ordering::SeqCst) > 0 {
-            futex_wake(&self.seq);
+            self.wake_sleepers();
         }
     }
 
     /// Sleeps until the count differs from `seen` or `timeout` passes.
     pub fn sleep(&self, seen: u32, timeout: Duration) {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
+        store_load_order();
         if self.seq.load(Ordering::SeqCst) == seen {
-            futex_wait(&self.seq, seen, timeout);
+            self.wait_on(seen, timeout);
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
@@ -77,6 +106,7 @@ impl Doorbell {
     /// `seen`. A ring either comes before the check, or sees the poller.
     pub fn poll_while(&self, seen: u32, poll: impl FnOnce()) {
         self.pollers.fetch_add(1, Ordering::SeqCst);
+        store_load_order();
         if self.seq.load(Ordering::SeqCst) == seen {
             poll();
         }
@@ -90,7 +120,37 @@ impl Doorbell {
     }
 }
 
-#[cfg(target_os = "linux")]
+impl Doorbell {
+    #[cfg(not(loom))]
+    fn wait_on(&self, seen: u32, timeout: Duration) {
+        futex_wait(&self.seq, seen, timeout);
+    }
+
+    #[cfg(not(loom))]
+    fn wake_sleepers(&self) {
+        futex_wake(&self.seq);
+    }
+
+    /// Under loom a sleep has no timeout: a lost wake-up is a deadlock
+    /// that loom reports.
+    #[cfg(loom)]
+    fn wait_on(&self, seen: u32, _timeout: Duration) {
+        let (lock, cv) = &self.futex;
+        let Ok(g) = lock.lock() else { return };
+        if self.seq.load(Ordering::SeqCst) == seen {
+            drop(cv.wait(g));
+        }
+    }
+
+    #[cfg(loom)]
+    fn wake_sleepers(&self) {
+        let (lock, cv) = &self.futex;
+        let _g = lock.lock();
+        cv.notify_all();
+    }
+}
+
+#[cfg(all(target_os = "linux", not(loom)))]
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
@@ -104,7 +164,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(loom)))]
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: `word` is a live, aligned u32; FUTEX_WAKE touches no memory.
     unsafe {
@@ -112,12 +172,12 @@ fn futex_wake(word: &AtomicU32) {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", loom)))]
 fn futex_wait(_word: &AtomicU32, _expected: u32, timeout: Duration) {
     std::thread::sleep(timeout.min(Duration::from_micros(200)));
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", loom)))]
 fn futex_wake(_word: &AtomicU32) {}
 
 /// The escalating wait of one blocked rank.

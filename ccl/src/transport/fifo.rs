@@ -13,8 +13,8 @@
 //! is one allocation for threads, a shared mapping for processes.
 
 use super::doorbell::BellRef;
+use super::sync::{publish, AtomicU32, AtomicU64, Ordering};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Alignment of every slot.
@@ -58,6 +58,34 @@ pub struct FifoMem {
     /// What the sender hands the receiver for the life of the connection
     /// (its device slots), kept until both ends are gone.
     attached: std::sync::Mutex<Option<Attachment>>,
+    /// Under loom: the atomics, which cannot live in raw memory, and per
+    /// slot a cell whose accesses stand for the data's.
+    #[cfg(loom)]
+    model: LoomModel,
+}
+
+#[cfg(loom)]
+struct LoomModel {
+    tail: Counter,
+    headers: Box<[Header]>,
+    data: Box<[loom::cell::UnsafeCell<()>]>,
+}
+
+#[cfg(loom)]
+impl LoomModel {
+    fn new(nslots: usize) -> Self {
+        let header = |_| Header {
+            seq: AtomicU64::new(0),
+            len: AtomicU32::new(0),
+            off: AtomicU32::new(0),
+            fp: [0; 4].map(AtomicU64::new),
+        };
+        LoomModel {
+            tail: Counter(AtomicU64::new(0)),
+            headers: (0..nslots).map(header).collect(),
+            data: (0..nslots).map(|_| loom::cell::UnsafeCell::new(())).collect(),
+        }
+    }
 }
 
 /// Something a sender keeps alive for its receiver.
@@ -87,6 +115,8 @@ impl FifoMem {
             nslots,
             slot_bytes,
             attached: Default::default(),
+            #[cfg(loom)]
+            model: LoomModel::new(nslots),
         }))
     }
 
@@ -101,7 +131,15 @@ impl FifoMem {
         if !(base as usize).is_multiple_of(SLOT_ALIGN) {
             return None;
         }
-        Some(Arc::new(FifoMem { base, backing: Backing::Map(map), nslots, slot_bytes, attached: Default::default() }))
+        Some(Arc::new(FifoMem {
+            base,
+            backing: Backing::Map(map),
+            nslots,
+            slot_bytes,
+            attached: Default::default(),
+            #[cfg(loom)]
+            model: LoomModel::new(nslots),
+        }))
     }
 
     fn shape(nslots: usize, slot_bytes: usize) -> (usize, usize) {
@@ -124,6 +162,17 @@ impl FifoMem {
         std::mem::size_of::<Counter>()
     }
 
+    #[cfg(loom)]
+    fn header(&self, slot: usize) -> &Header {
+        &self.model.headers[slot]
+    }
+
+    #[cfg(loom)]
+    fn tail(&self) -> &AtomicU64 {
+        &self.model.tail.0
+    }
+
+    #[cfg(not(loom))]
     fn header(&self, slot: usize) -> &Header {
         debug_assert!(slot < self.nslots);
         // SAFETY: `slot < nslots`, so the header line lies inside the
@@ -132,6 +181,7 @@ impl FifoMem {
         unsafe { &*(self.base.add(Self::slots_off() + slot * Self::stride(self.slot_bytes)) as *const Header) }
     }
 
+    #[cfg(not(loom))]
     fn tail(&self) -> &AtomicU64 {
         // SAFETY: offset 0 holds a zero-initialised, 64-aligned Counter that
         // lives as long as `self`; AtomicU64 accepts any bit pattern.
@@ -243,6 +293,8 @@ impl FifoSend {
             return None;
         }
         self.off = if spread { self.mem.spread(self.head, bytes.min(self.mem.slot_bytes)) } else { 0 };
+        #[cfg(loom)]
+        self.mem.model.data[(self.head % n) as usize].with_mut(|_| ());
         // SAFETY: `spread` keeps `off` + `bytes` within the slot's data.
         Some(unsafe { self.mem.slot_ptr((self.head % n) as usize).add(self.off) })
     }
@@ -257,7 +309,7 @@ impl FifoSend {
             w.store(*v, Ordering::Relaxed);
         }
         self.head += 1;
-        h.seq.store(self.head, Ordering::Release);
+        h.seq.store(self.head, publish());
         self.receiver.ring();
     }
 
@@ -284,6 +336,8 @@ impl FifoRecv {
         let slot = (self.tail % self.mem.nslots as u64) as usize;
         let h = self.mem.header(slot);
         (h.seq.load(Ordering::Acquire) == self.tail + 1).then(|| {
+            #[cfg(loom)]
+            self.mem.model.data[slot].with(|_| ());
             let fp = h.fp.each_ref().map(|w| w.load(Ordering::Relaxed));
             let len = h.len.load(Ordering::Relaxed) as usize;
             // within the slot whatever the header says (the length is
@@ -297,7 +351,7 @@ impl FifoRecv {
     /// Hands the peeked slot back to the sender.
     pub fn release(&mut self) {
         self.tail += 1;
-        self.mem.tail().store(self.tail, Ordering::Release);
+        self.mem.tail().store(self.tail, publish());
         self.sender.ring();
     }
 

@@ -14,8 +14,11 @@ pub mod call_board;
 pub mod doorbell;
 pub mod fifo;
 pub mod local;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub mod shm;
 pub mod shm_file;
+pub mod sync;
 pub mod tcp;
 pub mod wake;
 
