@@ -45,6 +45,7 @@ pub mod exec;
 pub mod gpu;
 pub mod llc;
 mod op;
+pub mod plan;
 mod reduce;
 pub mod sim;
 pub mod testing;

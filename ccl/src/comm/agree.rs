@@ -11,12 +11,13 @@
 //!   communicator dropped says so where its last calls differ from a
 //!   peer's ([`note_on_drop`]).
 
-use super::group::{Call, Group};
+use super::group::{Group, Inner};
 use crate::algo::Coll;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::fingerprint::{Fingerprint, Words, CHECK_WORD};
 use crate::exec::Conns;
-use crate::op::NoOp;
+use crate::op::{NoOp, ReduceOp};
+use crate::plan::fingerprint::{Fingerprint, Words, CHECK_WORD};
+use crate::plan::Call;
 use crate::Reduce;
 use std::time::{Duration, Instant};
 
@@ -83,4 +84,34 @@ pub(crate) fn note_on_drop(conns: &Conns, rank: usize, local: &[usize]) -> Optio
         Fingerprint::describe(&ours),
         Fingerprint::describe(&theirs)
     ))
+}
+
+impl Drop for Inner {
+    /// Says so where this rank's last calls differ from a peer's of its
+    /// host: a call whose ranks disagreed on its root or count may have
+    /// ended on each of them without an error.
+    fn drop(&mut self) {
+        if self.config.debug < crate::config::LogLevel::Warn || self.size < 2 {
+            return;
+        }
+        let rank = self.rank;
+        let local = self.hosts.groups().into_iter().find(|g| g.contains(&rank)).unwrap_or_default();
+        let Some(engine) = self.engine_mut() else { return };
+        if engine.check_usable().is_ok() {
+            if let Some(note) = note_on_drop(&engine.conns, rank, &local) {
+                eprintln!("{note}");
+            }
+        }
+    }
+}
+
+impl Group {
+    /// Under `CCL_CHECK=full`, exchanges collective `call`'s fingerprint
+    /// with every rank first: `Err` where any differs.
+    pub(crate) fn agree<T: Reduce, O: ReduceOp<T>>(&self, call: &Call<T>, seq: u64) -> Result<()> {
+        if self.inner.config.check != crate::config::CheckMode::Full || call.coll.p2p() || self.inner.size < 2 {
+            return Ok(());
+        }
+        all_agree(self, call.fingerprint::<O>(seq))
+    }
 }

@@ -2,24 +2,9 @@
 //! `Vec<T>`, `[T; N]`, [`SharedBuffer<T>`]) or device memory ([`DeviceBuffer<T>`]).
 
 use super::shared::{SharedBuffer, Window};
-use crate::gpu::{DeviceBuffer, Stream};
+use crate::gpu::DeviceBuffer;
+pub use crate::gpu::Place;
 use crate::Reduce;
-
-/// Where a buffer's elements are, for the call that receives it.
-#[doc(hidden)]
-pub enum Place {
-    /// Host memory at this address.
-    Host(*const u8),
-    /// Device memory: the buffer, checked and ordered on its stream.
-    Device {
-        /// The device address.
-        ptr: u64,
-        /// Its stream (and through it, its GPU).
-        stream: Stream,
-        /// Whether the address really is device memory of that GPU.
-        check: crate::Result<()>,
-    },
-}
 
 mod sealed {
     pub trait Sealed {}

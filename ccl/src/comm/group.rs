@@ -1,54 +1,19 @@
 //! [`Group`]: a communicator without an element type — who is in it, its
 //! connections and queue — and the untyped calls (barrier, split).
 
-use super::buffer::Place;
-use super::engine::{CallOp, Engine};
-use super::request::Request;
-use super::stores::SlotChooser;
-use super::typed::Communicator;
-use crate::algo::{self, Algo, Coll, Params};
+use crate::algo::Coll;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::fingerprint::{Fingerprint, NameHashes as Names};
-use crate::exec::{Checked, Conns, DevCall, Exec, Plan};
-use crate::gpu::{Kernels, Stream};
+use crate::exec::engine::{CallOp, Engine};
+use crate::exec::{Conns, Exec};
+use crate::gpu::{GpuBinding, Place, Stream};
 use crate::op::ReduceOp;
+use crate::plan::{Call, On, Planner, Prepared};
 use crate::topo::Hosts;
 use crate::transport::Registry;
 use crate::{tune, BitOr, Reduce};
-use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// Channel ids from here on carry point-to-point traffic, apart from the
-/// collectives' channels.
-pub(crate) const P2P_CHANNEL: u32 = 1 << 16;
-
-/// What determines a schedule on a given group: collective, algorithm,
-/// count, root, channels, piece size, in place.
-type PlanKey = (Coll, Algo, usize, usize, usize, usize, bool);
-
-/// What a call's choice and plan follow from on its group: collective,
-/// count, root, in place, element size.
-type CallKey = (Coll, usize, usize, bool, usize);
-
-/// The schedules made so far, and the last call's choice and plan (a loop
-/// repeating one call skips the tuner and the map).
-#[derive(Default)]
-struct Plans {
-    map: HashMap<PlanKey, Arc<Checked>>,
-    /// The last call, the tuner's generation then, its choice and plan.
-    last: Option<(CallKey, u64, tune::Choice, Arc<Checked>)>,
-    /// How large calls write their slots under `CCL_SLOT_STORES=auto`.
-    stores: SlotChooser,
-    /// The last blocking host call (a `CallOp<T, O>`), kept to run the
-    /// next call of the same plan and types without setting up again; its
-    /// scratch is kept with it.
-    kept: Option<Box<dyn std::any::Any + Send>>,
-}
-
-/// Schedules kept per group before the cache starts over.
-const MAX_PLANS: usize = 256;
 
 pub(crate) struct Inner {
     pub rank: usize,
@@ -59,13 +24,13 @@ pub(crate) struct Inner {
     /// How this group's connections are cut (`config.slots_on(hosts)`).
     ring: crate::transport::Geometry,
     pub tuner: tune::Tuner,
-    endpoints: Arc<[usize]>,
+    pub(super) endpoints: Arc<[usize]>,
     pub(crate) registry: Arc<Registry>,
     seq: AtomicU64,
     p2p_seq: AtomicU64,
-    /// The GPU (context) of the first device call; later ones must match.
-    gpu: Mutex<Option<(u64, String)>>,
-    splits: AtomicU64,
+    /// The GPU of the first device call; later ones must match.
+    gpu: GpuBinding,
+    pub(super) splits: AtomicU64,
     /// Shared buffers allocated so far (numbers them alike on every rank).
     pub windows: AtomicU64,
     aborted: Arc<AtomicBool>,
@@ -77,24 +42,17 @@ pub(crate) struct Inner {
 
 struct State {
     engine: Engine,
-    plans: Plans,
+    plans: Planner,
+    /// The last blocking host call (a `CallOp<T, O>`), kept to run the
+    /// next call of the same plan and types without setting up again; its
+    /// scratch is kept with it.
+    kept: Option<Box<dyn std::any::Any + Send>>,
 }
 
-impl Drop for Inner {
-    /// Says so where this rank's last calls differ from a peer's of its
-    /// host: a call whose ranks disagreed on its root or count may have
-    /// ended on each of them without an error.
-    fn drop(&mut self) {
-        if self.config.debug < crate::config::LogLevel::Warn || self.size < 2 {
-            return;
-        }
-        let Ok(State { engine, .. }) = self.state.get_mut() else { return };
-        if engine.check_usable().is_ok() {
-            let local = self.hosts.groups().into_iter().find(|g| g.contains(&self.rank)).unwrap_or_default();
-            if let Some(note) = super::agree::note_on_drop(&engine.conns, self.rank, &local) {
-                eprintln!("{note}");
-            }
-        }
+impl Inner {
+    /// The engine, unless a call panicked holding it.
+    pub(super) fn engine_mut(&mut self) -> Option<&mut Engine> {
+        self.state.get_mut().ok().map(|s| &mut s.engine)
     }
 }
 
@@ -106,34 +64,6 @@ impl Drop for Inner {
 #[derive(Clone)]
 pub struct Group {
     pub(crate) inner: Arc<Inner>,
-}
-
-/// A call ready to run, but for its buffers.
-struct Prepared<'p> {
-    plan: Plan<'p>,
-    finish_ranks: Option<usize>,
-    timeout: std::time::Duration,
-}
-
-/// What a submitted call runs on.
-pub(crate) struct Call<T> {
-    pub coll: Coll,
-    pub count: usize,
-    pub root: usize,
-    pub input: *const T,
-    pub output: *mut T,
-    pub in_place: bool,
-    /// Overrides the configured deadline.
-    pub timeout: Option<std::time::Duration>,
-    /// The stream of a call on device buffers (whose pointers are then device addresses).
-    pub device: Option<Stream>,
-}
-
-impl<T> Call<T> {
-    /// Bytes of the call's count (a size class, not what it moves).
-    fn bytes(&self) -> usize {
-        self.count.saturating_mul(std::mem::size_of::<T>())
-    }
 }
 
 impl Group {
@@ -159,7 +89,7 @@ impl Group {
         let chatty = config.debug >= crate::config::LogLevel::Info;
         let engine = Engine::new(conns, rank, own_core, Arc::clone(&aborted), chatty);
         let rules = if config.tune_file.is_empty() { None } else { Some(tune::Rules::load(&config.tune_file)?) };
-        let plans = Plans { stores: SlotChooser::new(config.slot_stores, own_core), ..Plans::default() };
+        let plans = Planner::new(&config, own_core);
         let inner = Inner {
             rank,
             size,
@@ -172,11 +102,11 @@ impl Group {
             registry,
             seq: AtomicU64::new(0),
             p2p_seq: AtomicU64::new(0),
-            gpu: Mutex::new(None),
+            gpu: GpuBinding::default(),
             splits: AtomicU64::new(0),
             windows: AtomicU64::new(0),
             aborted,
-            state: Mutex::new(State { engine, plans }),
+            state: Mutex::new(State { engine, plans, kept: None }),
         };
         if let Some(r) = rules {
             inner.tuner.set_rules(r);
@@ -194,14 +124,14 @@ impl Group {
 
     /// Whether this rank has a core of its own: it spins long, spreads
     /// small messages and learns how to write large calls' slots only then.
-    fn set_own_core(&self, own_core: bool) {
+    pub(super) fn set_own_core(&self, own_core: bool) {
         if let Ok(mut s) = self.inner.state.lock() {
             s.engine.set_own_core(own_core);
             s.plans.stores.set_own_cores(own_core);
         }
     }
 
-    fn own_core(&self) -> bool {
+    pub(super) fn own_core(&self) -> bool {
         self.inner.state.lock().map_or(true, |s| s.plans.stores.own_cores())
     }
 
@@ -225,13 +155,8 @@ impl Group {
         &self.inner.config
     }
 
-    /// The typed communicator for elements of `T` on this group.
-    pub fn typed<T: Reduce>(&self) -> Communicator<T> {
-        Communicator::new(self.clone())
-    }
-
     pub(crate) fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> Result<R>) -> Result<R> {
-        self.with_state(|e, _| f(e))
+        self.with_state(|s| f(&mut s.engine))
     }
 
     pub(crate) fn next_seq(&self, coll: Coll) -> u64 {
@@ -241,111 +166,23 @@ impl Group {
         counter.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The tuner's choice for `call` and its checked schedule: the last
-    /// call's if this one is the same, else from the plan cache or made.
-    fn plan_of<'p, T: Reduce>(&self, plans: &'p mut Plans, call: &Call<T>) -> Result<(tune::Choice, &'p Checked)> {
-        let inner = &self.inner;
-        let quick: CallKey = (call.coll, call.count, call.root, call.in_place, std::mem::size_of::<T>());
-        let generation = inner.tuner.generation();
-        let repeated = matches!(&plans.last, Some((k, g, _, _)) if *k == quick && *g == generation);
-        if !repeated {
-            let choice =
-                inner.tuner.choose(call.coll, call.count, std::mem::size_of::<T>(), &inner.hosts, &inner.config);
-            // the key determines the layout too (size and rank are the group's)
-            let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
-            let checked = match plans.map.get(&key) {
-                Some(c) => Arc::clone(c),
-                None => {
-                    let params = Params {
-                        nranks: inner.size,
-                        rank: inner.rank,
-                        count: call.count,
-                        root: call.root,
-                        channels: choice.channels,
-                        chunk: choice.chunk,
-                        in_place: call.in_place,
-                        hosts: &inner.hosts,
-                    };
-                    let layout = call.coll.layout(inner.size, inner.rank, call.count, call.root, call.in_place);
-                    let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
-                    let c = Arc::new(Checked::new(s, layout)?);
-                    if plans.map.len() >= MAX_PLANS {
-                        plans.map.clear();
-                    }
-                    plans.map.insert(key, Arc::clone(&c));
-                    c
-                }
-            };
-            plans.last = Some((quick, generation, choice, checked));
-        }
-        match &plans.last {
-            Some((_, _, choice, checked)) => Ok((*choice, checked)),
-            None => Err(Error::internal("no plan after planning")),
-        }
-    }
-
-    /// What call number `seq` runs: its plan (borrowing `plans`), the
-    /// ranks its finishing pass divides by, and its timeout.
-    fn prepare<'p, T: Reduce, O: ReduceOp<T>>(
-        &self,
-        plans: &'p mut Plans,
-        call: &Call<T>,
-        seq: u64,
-        slots_around: bool,
-    ) -> Result<Prepared<'p>> {
-        let inner = &self.inner;
-        // read before the plan borrows `plans`
-        let own_cores = plans.stores.own_cores();
-        let (choice, checked) = self.plan_of::<T>(plans, call)?;
-        // where every rank has a core; a call filling only part of each
-        // slot keeps to that part (tune::slot_fill)
-        let size = std::mem::size_of::<T>();
-        let spread = own_cores && choice.slot_elems * size > inner.ring.slot_bytes / 2;
-        let base = if matches!(call.coll, Coll::Send | Coll::Recv) { P2P_CHANNEL } else { 0 };
-        let finish_ranks = call.coll.reduces().then_some(inner.size);
-        let fp = Self::fingerprint::<T, O>(call, seq);
-        let device = match &call.device {
-            Some(s) => {
-                Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }))
-            }
-            None => None,
-        };
-        let around_cache_from = inner.config.nt_stores_min();
-        let plan = Plan {
-            checked,
-            slot_elems: choice.slot_elems,
-            channel_base: base,
-            fp,
-            device,
-            around_cache_from,
-            slots_around,
-            spread,
-        };
-        Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(inner.config.timeout) })
-    }
-
-    /// The fingerprint of `call`, numbered `seq`: what its peers must agree on.
-    pub(crate) fn fingerprint<T: Reduce, O: ReduceOp<T>>(call: &Call<T>, seq: u64) -> Fingerprint {
-        let op_hash = if call.coll.reduces() { Names::<T, O>::OP } else { 0 };
-        // a device call must not meet a host call: their types differ in the fingerprint
-        let type_hash = if call.device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
-        Fingerprint::new(call.coll, std::mem::size_of::<T>(), type_hash, op_hash, call.count, call.root, seq)
-    }
-
-    /// Under `CCL_CHECK=full`, exchanges collective `call`'s fingerprint
-    /// with every rank first: `Err` where any differs.
-    pub(crate) fn agree<T: Reduce, O: ReduceOp<T>>(&self, call: &Call<T>, seq: u64) -> Result<()> {
-        if self.inner.config.check != crate::config::CheckMode::Full || call.coll.p2p() || self.inner.size < 2 {
-            return Ok(());
-        }
-        super::agree::all_agree(self, Self::fingerprint::<T, O>(call, seq))
-    }
-
     /// Runs `f` holding the lock on this group's engine and plans.
-    fn with_state<R>(&self, f: impl FnOnce(&mut Engine, &mut Plans) -> Result<R>) -> Result<R> {
+    fn with_state<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
         let mut s = self.inner.state.lock().map_err(|_| Error::internal("engine lock poisoned"))?;
-        let State { engine, plans } = &mut *s;
-        f(engine, plans)
+        f(&mut s)
+    }
+
+    /// The group a call is planned on.
+    fn on(&self) -> On<'_> {
+        let i = &self.inner;
+        On {
+            rank: i.rank,
+            size: i.size,
+            hosts: &i.hosts,
+            config: &i.config,
+            tuner: &i.tuner,
+            slot_bytes: i.ring.slot_bytes,
+        }
     }
 
     /// Plans and queues a call; `on_done` runs when it has finished. The
@@ -361,10 +198,11 @@ impl Group {
         seq: u64,
         on_done: Box<dyn FnOnce() + Send>,
     ) -> Result<u64> {
-        self.with_state(|eng, plans| {
+        let on = self.on();
+        self.with_state(|State { engine: eng, plans, .. }| {
             eng.check_usable()?;
             let around = plans.stores.chosen(call.bytes());
-            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, around)?;
+            let Prepared { plan, finish_ranks, timeout } = plans.prepare::<T, O>(&on, &call, seq, around)?;
             if !call.coll.p2p() {
                 eng.conns.post_call(&plan.fp.words());
             }
@@ -381,17 +219,18 @@ impl Group {
     ///
     /// As [`submit`](Self::submit); the buffers are borrowed for the call.
     pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(&self, call: Call<T>, seq: u64) -> Result<()> {
-        self.with_state(|eng, plans| {
+        let on = self.on();
+        self.with_state(|State { engine: eng, plans, kept: keep }| {
             eng.check_usable()?;
             let (around, timed) = plans.stores.pick(call.bytes(), seq);
             // a device call's slots are written by the GPU: nothing to learn
             let on_host = call.device.is_none();
             let timed = timed && on_host;
-            let mut kept = plans.kept.take().and_then(|k| k.downcast::<CallOp<T, O>>().ok());
-            let Prepared { plan, finish_ranks, timeout } = self.prepare::<T, O>(plans, &call, seq, around)?;
+            let mut kept = keep.take().and_then(|k| k.downcast::<CallOp<T, O>>().ok());
+            let Prepared { plan, finish_ranks, timeout } = plans.prepare::<T, O>(&on, &call, seq, around)?;
             // (the exchange of a call under CCL_CHECK=full, numbered as
             // the call, is not one to compare)
-            if !call.coll.p2p() && T::NAME != crate::exec::fingerprint::CHECK_WORD {
+            if !call.coll.p2p() && T::NAME != crate::plan::fingerprint::CHECK_WORD {
                 eng.conns.post_call(&plan.fp.words());
             }
             // SAFETY: forwarded; `run` returns only once the call has
@@ -420,91 +259,25 @@ impl Group {
             }
             // a device call keeps nothing on its GPU past the call
             if on_host {
-                plans.kept = Some(op);
+                *keep = Some(op);
             }
             Ok(())
         })
     }
 
-    fn barrier_call(timeout: Option<std::time::Duration>) -> Call<u8> {
+    pub(super) fn barrier_call(timeout: Option<std::time::Duration>) -> Call<u8> {
         let p = std::ptr::NonNull::<u8>::dangling().as_ptr();
         Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false, timeout, device: None }
     }
 
     /// The addresses of a call's buffers and, for device buffers, the
-    /// stream it is ordered on; errors for host and device memory mixed,
-    /// memory of another GPU or context than the stream's, or a GPU other
-    /// than this communicator's first device call used.
+    /// stream it is ordered on ([`GpuBinding::resolve`]).
     pub(crate) fn resolve(
         &self,
         input: Option<Place>,
         output: Option<Place>,
     ) -> Result<(usize, usize, Option<Stream>)> {
-        let dangling = std::ptr::NonNull::<u64>::dangling().as_ptr() as usize;
-        // host memory, the common case: nothing to check
-        let host = |p: &Option<Place>| match p {
-            Some(Place::Host(ptr)) => Some(*ptr as usize),
-            None => Some(dangling),
-            Some(Place::Device { .. }) => None,
-        };
-        if let (Some(i), Some(o)) = (host(&input), host(&output)) {
-            return Ok((i, o, None));
-        }
-        let kind = |p: &Option<Place>| match p {
-            Some(Place::Host(_)) => "host memory",
-            Some(Place::Device { .. }) => "device memory",
-            None => "absent",
-        };
-        let (ki, ko) = (kind(&input), kind(&output));
-        if ki != ko && ki != "absent" && ko != "absent" {
-            return Err(Error::invalid(format!(
-                "the input buffer is {ki} but the output buffer is {ko}: pass both on the GPU or both on the host"
-            )));
-        }
-        let mut stream: Option<Stream> = None;
-        let mut addr = |p: Option<Place>| -> Result<usize> {
-            match p {
-                None => Ok(dangling),
-                Some(Place::Host(ptr)) => Ok(ptr as usize),
-                Some(Place::Device { ptr, stream: s, check }) => {
-                    check?;
-                    if let Some(first) = &stream {
-                        if first.dev().context() != s.dev().context() {
-                            return Err(Error::device(format!(
-                                "the input buffer is on {} but the output buffer is on {}",
-                                s.dev().describe(),
-                                first.dev().describe()
-                            )));
-                        }
-                    } else {
-                        stream = Some(s);
-                    }
-                    Ok(ptr as usize)
-                }
-            }
-        };
-        // the output's stream orders the call: resolve it first
-        let o = addr(output)?;
-        let i = addr(input)?;
-        if let Some(s) = &stream {
-            let dev = s.dev();
-            let ctx = dev.stream_context(s.raw())?;
-            if ctx != dev.context() {
-                return Err(Error::device(format!("the stream belongs to another context than {}", dev.describe())));
-            }
-            let mut bound = self.inner.gpu.lock().map_err(|_| Error::internal("gpu lock poisoned"))?;
-            match &*bound {
-                Some((c, name)) if *c != ctx => {
-                    return Err(Error::device(format!(
-                        "this communicator runs on {name}; a buffer on {} cannot join it (one GPU per rank and communicator)",
-                        dev.describe()
-                    )))
-                }
-                Some(_) => {}
-                None => *bound = Some((ctx, dev.describe())),
-            }
-        }
-        Ok((i, o, stream))
+        self.inner.gpu.resolve(input, output)
     }
 
     /// Ends every pending and future call of this group, on this rank, with
@@ -529,53 +302,6 @@ impl Group {
             .map_err(|e| e.in_call("barrier", seq).at_rank(self.rank()))
     }
 
-    /// A barrier that completes in the background.
-    pub fn ibarrier(&self) -> Request<()> {
-        let seq = self.next_seq(Coll::Barrier);
-        let call = Self::barrier_call(None);
-        let slot = Arc::new(Mutex::new(None));
-        let s2 = Arc::clone(&slot);
-        let done: Box<dyn FnOnce() + Send> = Box::new(move || {
-            if let Ok(mut s) = s2.lock() {
-                *s = Some(());
-            }
-        });
-        // SAFETY: no user buffer.
-        match unsafe { self.submit::<u8, BitOr>(call, seq, done) } {
-            Ok(id) => Request::new(self.clone(), id, slot),
-            Err(e) => Request::failed(self.clone(), e.in_call("barrier", seq).at_rank(self.rank())),
-        }
-    }
-
-    /// Splits the group like `MPI_Comm_split`: ranks passing the same
-    /// `color` form a new group, ordered by `key` then by their rank here.
-    /// A rank passing `None` takes part in the exchange but joins no group
-    /// and gets `Ok(None)`. Every rank of this group must call it.
-    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Group>> {
-        let n = self.size();
-        let mine = [color.map_or(-1, i64::from), key];
-        let mut table = vec![0i64; 2 * n];
-        self.typed::<i64>().all_gather(&mine, &mut table)?;
-        let Some(color) = color else { return Ok(None) };
-        let mut members: Vec<(i64, usize)> =
-            (0..n).filter(|&r| table[2 * r] == i64::from(color)).map(|r| (table[2 * r + 1], r)).collect();
-        members.sort_unstable();
-        let ranks: Vec<usize> = members.iter().map(|&(_, r)| r).collect();
-        let rank =
-            ranks.iter().position(|&r| r == self.rank()).ok_or_else(|| Error::internal("split lost this rank"))?;
-        let endpoints: Arc<[usize]> = ranks.iter().map(|&r| self.inner.endpoints[r]).collect();
-        let nth = self.inner.splits.fetch_add(1, Ordering::Relaxed);
-        let id = fnv(&[self.inner.id, nth, u64::from(color)]);
-        let hosts = self.inner.hosts.subset(&ranks);
-        let g = Group::new(rank, endpoints, hosts, self.inner.config.clone(), Arc::clone(&self.inner.registry), id)?;
-        g.inner.tuner.set_model(self.inner.tuner.model());
-        // the machine's other ranks still share its cores with this one
-        if !self.own_core() {
-            g.set_own_core(false);
-        }
-        Ok(Some(g))
-    }
-
     pub(crate) fn check_root(&self, what: &'static str, rank: usize) -> Result<()> {
         if rank >= self.size() {
             return Err(Error::new(ErrorKind::RankOutOfRange { what, rank, size: self.size() }));
@@ -584,24 +310,13 @@ impl Group {
     }
 }
 
-/// FNV-1a over words: a communicator id every member derives alike.
-fn fnv(words: &[u64]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for w in words {
-        for b in w.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::Algo;
 
     fn last_algo(g: &Group) -> Option<Algo> {
-        g.inner.state.lock().ok().and_then(|s| s.plans.last.as_ref().map(|l| l.2.algo))
+        g.inner.state.lock().ok().and_then(|s| s.plans.last_algo())
     }
 
     #[test]

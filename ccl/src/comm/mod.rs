@@ -3,17 +3,16 @@
 
 mod agree;
 mod buffer;
-mod engine;
 mod group;
 mod request;
 mod shared;
-mod stores;
+mod split;
 mod typed;
 
+pub use crate::exec::engine::install_dump_on_sigusr1;
 #[doc(hidden)]
 pub use buffer::Place;
 pub use buffer::{Buffer, BufferMut};
-pub use engine::install_dump_on_sigusr1;
 pub use group::Group;
 pub use request::Request;
 pub use shared::SharedBuffer;

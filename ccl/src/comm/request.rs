@@ -1,7 +1,9 @@
 //! Handles of non-blocking calls.
 
 use super::group::Group;
+use crate::algo::Coll;
 use crate::error::{Error, Result};
+use crate::BitOr;
 use std::sync::{Arc, Mutex};
 
 /// A non-blocking call in flight. It owns the call's buffers and hands
@@ -57,6 +59,26 @@ impl<R> Drop for Request<R> {
                 e.detach(self.id);
                 Ok(())
             });
+        }
+    }
+}
+
+impl Group {
+    /// A barrier that completes in the background.
+    pub fn ibarrier(&self) -> Request<()> {
+        let seq = self.next_seq(Coll::Barrier);
+        let call = Self::barrier_call(None);
+        let slot = Arc::new(Mutex::new(None));
+        let s2 = Arc::clone(&slot);
+        let done: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if let Ok(mut s) = s2.lock() {
+                *s = Some(());
+            }
+        });
+        // SAFETY: no user buffer.
+        match unsafe { self.submit::<u8, BitOr>(call, seq, done) } {
+            Ok(id) => Request::new(self.clone(), id, slot),
+            Err(e) => Request::failed(self.clone(), e.in_call("barrier", seq).at_rank(self.rank())),
         }
     }
 }

@@ -20,9 +20,9 @@ use super::group::{Group, Inner};
 use crate::algo::Coll;
 use crate::config::LogLevel;
 use crate::error::{Error, Result};
-use crate::exec::fingerprint::NameHashes as Names;
 use crate::exec::store;
 use crate::op::ReduceOp;
+use crate::plan::fingerprint::NameHashes as Names;
 use crate::transport::shm_file::JobFiles;
 use crate::{Max, Min, Reduce};
 use memmap2::{MmapOptions, MmapRaw};
@@ -234,7 +234,7 @@ struct Frame(u64);
 
 // SAFETY: a u64: plain data, every bit pattern valid.
 unsafe impl Reduce for Frame {
-    const NAME: &'static str = crate::exec::fingerprint::SHARED_FRAME;
+    const NAME: &'static str = crate::plan::fingerprint::SHARED_FRAME;
 }
 
 impl ReduceOp<Frame> for Max {
@@ -244,7 +244,7 @@ impl ReduceOp<Frame> for Max {
 }
 
 /// A call to run directly on shared buffers: counts as in
-/// [`Call`](super::group::Call) (a rank's block for the gather and the
+/// [`Call`](crate::plan::Call) (a rank's block for the gather and the
 /// scatter); in place, `input` is `None` and the data is in `output`.
 pub(crate) struct Direct<'w> {
     pub coll: Coll,
@@ -276,7 +276,7 @@ impl Direct<'_> {
     /// (max) shows whether all ranks agree: each value next to its complement.
     fn framing<T: Reduce, O: ReduceOp<T>>(&self) -> [Frame; 12] {
         let kinds = (u64::from(Names::<T, O>::TYPE) << 32) | u64::from(Names::<T, O>::OP);
-        let coll = u64::from(crate::exec::fingerprint::name_hash(self.coll.name()));
+        let coll = u64::from(crate::plan::fingerprint::name_hash(self.coll.name()));
         let input = self.input.map_or(u64::MAX, |w| w.number);
         let words = [coll, self.root as u64, input, self.output.number, self.count as u64, kinds];
         let mut v = [Frame(0); 12];
@@ -291,7 +291,7 @@ impl Direct<'_> {
 /// The framing all-reduce: numbered `seq`, like the call it frames.
 fn frame(group: &Group, seq: u64, timeout: Option<std::time::Duration>, mut v: [Frame; 12]) -> Result<()> {
     let want = v;
-    let call = super::group::Call {
+    let call = crate::plan::Call {
         coll: Coll::AllReduce,
         count: v.len(),
         root: 0,

@@ -8,12 +8,13 @@
 //! in the same order with matching counts, types, operators and roots.
 
 use super::buffer::{Buffer, BufferMut, Place};
-use super::group::{Call, Group};
+use super::group::Group;
 use super::request::Request;
 use super::shared::{self, Direct, SharedBuffer, Window};
 use crate::algo::Coll;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{NoOp, ReduceOp};
+use crate::plan::Call;
 use crate::Reduce;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
@@ -464,5 +465,12 @@ impl<T: Reduce> Communicator<T> {
         let check = || self.check_peer(peer);
         let call = self.call(Coll::Recv, n, peer, std::ptr::NonNull::dangling().as_ptr(), p, false);
         self.start::<NoOp, _>(Coll::Recv, check, call, move || buf)
+    }
+}
+
+impl Group {
+    /// The typed communicator for elements of `T` on this group.
+    pub fn typed<T: Reduce>(&self) -> Communicator<T> {
+        Communicator::new(self.clone())
     }
 }

@@ -189,7 +189,7 @@ impl DevRecv {
         attached: Option<Attachment>,
     ) -> Result<Self> {
         if fp != HELLO || hello.len() != HELLO_BYTES || &hello[..8] != MAGIC {
-            let theirs = crate::exec::fingerprint::Fingerprint::describe(&fp);
+            let theirs = crate::plan::fingerprint::Fingerprint::describe(&fp);
             return Err(Error::new(ErrorKind::Mismatch { ours, theirs: format!("{theirs} on host memory") }));
         }
         let word = |i: usize| u64::from_le_bytes(hello[i..i + 8].try_into().unwrap_or_default());

@@ -12,7 +12,7 @@
 
 mod conns;
 pub mod device;
-pub mod fingerprint;
+pub(crate) mod engine;
 mod host;
 mod on_gpu;
 mod wiring;
@@ -25,6 +25,7 @@ use wiring::Wiring;
 use crate::algo::{Buf, Layout, Region, Schedule, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::ReduceOp;
+use crate::plan::fingerprint;
 use crate::Reduce;
 use smallvec::SmallVec;
 use std::marker::PhantomData;

@@ -2,10 +2,11 @@
 //! slots (the hello, see [`device`](super::device)) and running one step
 //! as copies and kernels on the call's stream.
 
-use super::{device, fingerprint, Conns, Exec};
+use super::{device, Conns, Exec};
 use crate::algo::{Region, Step};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
+use crate::plan::fingerprint;
 use crate::Reduce;
 
 /// A device step's slots: the host slots claimed and their connections.

@@ -48,10 +48,14 @@ mod buffer;
 mod cuda;
 mod emu;
 mod kernels;
+mod place;
 
 pub use buffer::{DeviceBuffer, Gpu, Stream};
 pub use ccl_kernels::cuda::codegen;
 pub use kernels::Kernels;
+pub(crate) use place::GpuBinding;
+#[doc(hidden)]
+pub use place::Place;
 
 use crate::error::Result;
 

@@ -9,9 +9,9 @@
 //! the deadline passes, or the transport reports the job going down.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::fingerprint::Fingerprint;
 use crate::exec::{Conns, Exec};
 use crate::op::ReduceOp;
+use crate::plan::fingerprint::Fingerprint;
 use crate::transport::doorbell::Backoff;
 use crate::Reduce;
 use rustc_hash::FxHashSet as HashSet;

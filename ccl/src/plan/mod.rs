@@ -1,0 +1,196 @@
+//! Planning (NCCL's enqueue): from a call (collective, count, element
+//! type, operator, root, where the buffers live) to a checked, cached plan
+//! the executor runs (algorithm, channels, piece size, schedule,
+//! fingerprint).
+//!
+//! The tuner chooses; `algo` generates the schedule; the executor's
+//! [`Checked`] proves it fits the call's buffers once. A group keeps its
+//! plans by what determines them, and the last call's choice and plan, so
+//! a loop repeating one call neither tunes nor looks up again.
+
+pub mod fingerprint;
+mod stores;
+
+pub(crate) use stores::SlotChooser;
+
+use crate::algo::{self, Coll, Params};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::exec::{Checked, DevCall, Plan};
+use crate::gpu::{Kernels, Stream};
+use crate::op::ReduceOp;
+use crate::topo::Hosts;
+use crate::tune::{self, Tuner};
+use crate::Reduce;
+use fingerprint::{Fingerprint, NameHashes as Names};
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+
+/// Channel ids from here on carry point-to-point traffic, apart from the
+/// collectives' channels.
+pub(crate) const P2P_CHANNEL: u32 = 1 << 16;
+
+/// Schedules kept per group before the cache starts over.
+const MAX_PLANS: usize = 256;
+
+/// A call to plan and run.
+pub(crate) struct Call<T> {
+    pub coll: Coll,
+    pub count: usize,
+    pub root: usize,
+    pub input: *const T,
+    pub output: *mut T,
+    pub in_place: bool,
+    /// Overrides the configured deadline.
+    pub timeout: Option<std::time::Duration>,
+    /// The stream of a call on device buffers (whose pointers are then device addresses).
+    pub device: Option<Stream>,
+}
+
+impl<T> Call<T> {
+    /// Bytes of the call's count (a size class, not what it moves).
+    pub fn bytes(&self) -> usize {
+        self.count.saturating_mul(std::mem::size_of::<T>())
+    }
+
+    /// The fingerprint of this call, numbered `seq`: what its peers must agree on.
+    pub fn fingerprint<O: ReduceOp<T>>(&self, seq: u64) -> Fingerprint
+    where
+        T: Reduce,
+    {
+        let op_hash = if self.coll.reduces() { Names::<T, O>::OP } else { 0 };
+        // a device call must not meet a host call: their types differ in the fingerprint
+        let type_hash = if self.device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
+        Fingerprint::new(self.coll, std::mem::size_of::<T>(), type_hash, op_hash, self.count, self.root, seq)
+    }
+}
+
+/// The group a call is planned on.
+pub(crate) struct On<'a> {
+    pub rank: usize,
+    pub size: usize,
+    pub hosts: &'a Hosts,
+    pub config: &'a Config,
+    pub tuner: &'a Tuner,
+    /// Bytes per slot of the group's connections.
+    pub slot_bytes: usize,
+}
+
+/// A call ready to run, but for its buffers.
+pub(crate) struct Prepared<'p> {
+    pub plan: Plan<'p>,
+    /// Ranks a reducing call's finishing pass divides by (`Avg`).
+    pub finish_ranks: Option<usize>,
+    pub timeout: std::time::Duration,
+}
+
+/// What determines a schedule on a given group: collective, algorithm,
+/// count, root, channels, piece size, in place.
+type PlanKey = (Coll, algo::Algo, usize, usize, usize, usize, bool);
+
+/// What a call's choice and plan follow from on its group: collective,
+/// count, root, in place, element size.
+type CallKey = (Coll, usize, usize, bool, usize);
+
+/// A group's plans: those made so far, the last call's choice and plan,
+/// and how its large calls write their slots.
+#[derive(Default)]
+pub(crate) struct Planner {
+    map: HashMap<PlanKey, Arc<Checked>>,
+    /// The last call, the tuner's generation then, its choice and plan.
+    last: Option<(CallKey, u64, tune::Choice, Arc<Checked>)>,
+    /// How large calls write their slots under `CCL_SLOT_STORES=auto`.
+    pub stores: SlotChooser,
+}
+
+impl Planner {
+    /// A planner whose slot stores follow `config`.
+    pub fn new(config: &Config, own_core: bool) -> Self {
+        Planner { stores: SlotChooser::new(config.slot_stores, own_core), ..Planner::default() }
+    }
+
+    /// The algorithm of the last call planned.
+    #[cfg(test)]
+    pub fn last_algo(&self) -> Option<algo::Algo> {
+        self.last.as_ref().map(|l| l.2.algo)
+    }
+
+    /// The tuner's choice for `call` and its checked schedule: the last
+    /// call's if this one is the same, else from the cache or made.
+    fn plan_of<T: Reduce>(&mut self, on: &On<'_>, call: &Call<T>) -> Result<(tune::Choice, &Checked)> {
+        let quick: CallKey = (call.coll, call.count, call.root, call.in_place, std::mem::size_of::<T>());
+        let generation = on.tuner.generation();
+        let repeated = matches!(&self.last, Some((k, g, _, _)) if *k == quick && *g == generation);
+        if !repeated {
+            let choice = on.tuner.choose(call.coll, call.count, std::mem::size_of::<T>(), on.hosts, on.config);
+            // the key determines the layout too (size and rank are the group's)
+            let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
+            let checked = match self.map.get(&key) {
+                Some(c) => Arc::clone(c),
+                None => {
+                    let params = Params {
+                        nranks: on.size,
+                        rank: on.rank,
+                        count: call.count,
+                        root: call.root,
+                        channels: choice.channels,
+                        chunk: choice.chunk,
+                        in_place: call.in_place,
+                        hosts: on.hosts,
+                    };
+                    let layout = call.coll.layout(on.size, on.rank, call.count, call.root, call.in_place);
+                    let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
+                    let c = Arc::new(Checked::new(s, layout)?);
+                    if self.map.len() >= MAX_PLANS {
+                        self.map.clear();
+                    }
+                    self.map.insert(key, Arc::clone(&c));
+                    c
+                }
+            };
+            self.last = Some((quick, generation, choice, checked));
+        }
+        match &self.last {
+            Some((_, _, choice, checked)) => Ok((*choice, checked)),
+            None => Err(Error::internal("no plan after planning")),
+        }
+    }
+
+    /// What call number `seq` runs: its plan (borrowing the cache), the
+    /// ranks its finishing pass divides by, and its timeout.
+    pub fn prepare<'p, T: Reduce, O: ReduceOp<T>>(
+        &'p mut self,
+        on: &On<'_>,
+        call: &Call<T>,
+        seq: u64,
+        slots_around: bool,
+    ) -> Result<Prepared<'p>> {
+        // read before the plan borrows `self`
+        let own_cores = self.stores.own_cores();
+        let (choice, checked) = self.plan_of::<T>(on, call)?;
+        // where every rank has a core; a call filling only part of each
+        // slot keeps to that part (tune::slot_fill)
+        let size = std::mem::size_of::<T>();
+        let spread = own_cores && choice.slot_elems * size > on.slot_bytes / 2;
+        let base = if call.coll.p2p() { P2P_CHANNEL } else { 0 };
+        let finish_ranks = call.coll.reduces().then_some(on.size);
+        let fp = call.fingerprint::<O>(seq);
+        let device = match &call.device {
+            Some(s) => {
+                Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }))
+            }
+            None => None,
+        };
+        let plan = Plan {
+            checked,
+            slot_elems: choice.slot_elems,
+            channel_base: base,
+            fp,
+            device,
+            around_cache_from: on.config.nt_stores_min(),
+            slots_around,
+            spread,
+        };
+        Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(on.config.timeout) })
+    }
+}
