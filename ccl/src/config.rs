@@ -327,7 +327,8 @@ impl Config {
     /// at 4 MiB 330-360 µs against 270-290 (so 8 MiB for 2 ranks); 4 ranks
     /// on the 2 cores at 4 MiB 1.16-1.49 ms against 1.54-2.1, at 2 MiB
     /// within noise either way (so 4 MiB).
-    pub fn on_machine(mut self, ranks: usize, cpus: usize, cache: Option<crate::llc::SharedCache>) -> Config {
+    pub fn on_machine(mut self, m: &crate::machine::Machine) -> Config {
+        let (ranks, cpus, cache) = (m.ranks, m.cpus, m.llc);
         if self.buffsize.is_none() {
             let own = !self.shm_disable && ranks > 1 && ranks <= cpus;
             self.buffsize = Some(if own { BUFFSIZE_OWN_CORES } else { BUFFSIZE });
@@ -395,6 +396,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::Machine;
 
     #[test]
     fn env_overrides_and_rejects() {
@@ -407,7 +409,11 @@ mod tests {
         .expect("valid");
         assert_eq!(c.algo, Some(Algo::Ring));
         assert_eq!(c.slot_bytes(), (64 << 10) / NSLOTS);
-        assert_eq!(c.clone().on_machine(2, 2, None).slot_bytes(), (64 << 10) / NSLOTS, "a value set is kept");
+        assert_eq!(
+            c.clone().on_machine(&Machine { ranks: 2, cpus: 2, llc: None }).slot_bytes(),
+            (64 << 10) / NSLOTS,
+            "a value set is kept"
+        );
         let auto = Config::from_lookup(|k| (k == "CCL_BUFFSIZE").then(|| "auto".into())).expect("auto");
         assert_eq!(auto.buffsize, None);
         assert!(Config::from_lookup(|k| (k == "CCL_BUFFSIZE").then(|| "lots".into())).is_err());
@@ -438,10 +444,11 @@ mod tests {
 
     #[test]
     fn auto_streamed_outputs_start_at_half_the_last_level_cache_over_the_ranks_sharing_it() {
-        use crate::llc::SharedCache;
+        use crate::machine::SharedCache;
         let c = Config::default();
         assert_eq!(c.nt_stores_min(), NT_STORES_MIN);
-        let at = |c: &Config, ranks, cpus, cache| c.clone().on_machine(ranks, cpus, cache).nt_stores_min();
+        let at =
+            |c: &Config, ranks, cpus, cache| c.clone().on_machine(&Machine { ranks, cpus, llc: cache }).nt_stores_min();
         assert_eq!(at(&c, 2, 2, None), NT_STORES_MIN, "unknown cache");
         // this machine: 32 MiB shared by its 2 CPUs
         let here = Some(SharedCache { bytes: 32 << 20, cpus: 2 });
@@ -458,22 +465,25 @@ mod tests {
         // a value set is kept, 0 (never) included, and decided once
         assert_eq!(at(&Config { nt_stores_min: Some(0), ..c.clone() }, 2, 2, here), 0);
         assert_eq!(at(&Config { nt_stores_min: Some(1 << 20), ..c.clone() }, 2, 2, here), 1 << 20);
-        assert_eq!(at(&c.clone().on_machine(2, 2, here), 4, 2, here), 8 << 20);
+        assert_eq!(at(&c.clone().on_machine(&Machine { ranks: 2, cpus: 2, llc: here }), 4, 2, here), 8 << 20);
     }
 
     #[test]
     fn auto_slot_memory_is_larger_only_where_every_rank_has_a_core_and_shared_memory() {
         let c = Config::default();
         assert_eq!(c.buffsize(), BUFFSIZE);
-        let on = |c: &Config, ranks, cpus| c.clone().on_machine(ranks, cpus, None).buffsize();
+        let on = |c: &Config, ranks, cpus| c.clone().on_machine(&Machine { ranks, cpus, llc: None }).buffsize();
         assert_eq!(on(&c, 2, 2), BUFFSIZE_OWN_CORES);
         assert_eq!(on(&c, 8, 16), BUFFSIZE_OWN_CORES);
         assert_eq!(on(&c, 4, 2), BUFFSIZE, "ranks sharing cores");
         assert_eq!(on(&c, 1, 2), BUFFSIZE, "a lone rank's connections are TCP");
         assert_eq!(on(&Config { shm_disable: true, ..c.clone() }, 2, 2), BUFFSIZE, "TCP keeps its slots");
         // once decided, it stays decided
-        let decided = c.clone().on_machine(2, 2, None);
-        assert_eq!(decided.clone().on_machine(4, 2, None).buffsize(), BUFFSIZE_OWN_CORES);
+        let decided = c.clone().on_machine(&Machine { ranks: 2, cpus: 2, llc: None });
+        assert_eq!(
+            decided.clone().on_machine(&Machine { ranks: 4, cpus: 2, llc: None }).buffsize(),
+            BUFFSIZE_OWN_CORES
+        );
         let hosts = crate::topo::Hosts::blocks(&[2]);
         assert_eq!(decided.slots_on(&hosts).slot_bytes, BUFFSIZE_OWN_CORES / NSLOTS);
     }

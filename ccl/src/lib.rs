@@ -43,7 +43,7 @@ pub mod config;
 mod error;
 pub mod exec;
 pub mod gpu;
-pub mod llc;
+pub mod machine;
 mod op;
 pub mod plan;
 mod reduce;

@@ -16,6 +16,7 @@
 
 use crate::comm::Group;
 use crate::config::Config;
+use crate::machine::Machine;
 use crate::topo::Hosts;
 use crate::transport::local::Fabric;
 use crate::transport::{Registry, Transport};
@@ -72,9 +73,11 @@ impl LocalJob {
                             let out = catch_unwind(AssertUnwindSafe(|| {
                                 let ep: Arc<dyn Transport> = Arc::new(fabric.endpoint(rank));
                                 let registry = Arc::new(Registry::new(vec![ep]).expect("one transport"));
-                                let group =
-                                    Group::new(rank, endpoints, self.hosts.clone(), self.config.clone(), registry, 0)
-                                        .expect("valid local group");
+                                let local = self.hosts.groups().into_iter().find(|g| g.contains(&rank));
+                                let machine = Machine::here(local.map_or(1, |g| g.len()));
+                                let (hosts, config) = (self.hosts.clone(), self.config.clone());
+                                let group = Group::new(rank, endpoints, hosts, config, registry, 0, machine)
+                                    .expect("valid local group");
                                 f(group)
                             }));
                             if out.is_err() {

@@ -68,17 +68,6 @@ impl Hosts {
     }
 }
 
-/// CPUs this host gives the job: `CCL_HOST_CPUS` as cclrun sets it (the
-/// CPUs it may use there, which a rank pinned by `--bind-to core` no longer
-/// sees itself), else the CPUs this process may use.
-pub fn host_cpus() -> usize {
-    std::env::var("CCL_HOST_CPUS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |c| c.get()))
-}
-
 /// Which of `cpus` CPUs cclrun pins local rank `rank` of `ranks` to: the
 /// rank-th while there are enough, else contiguous blocks, so that ranks
 /// next to each other (ring and recursive-doubling neighbours) share a

@@ -149,7 +149,8 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
     for (ranks, in_place) in [(2, false), (2, true), (4, false), (4, true)] {
         // slots and pieces as ccl cuts them for these ranks on 2 cores
         let hosts = Hosts::blocks(&[ranks]);
-        let ring = ccl::Config::default().on_machine(ranks, 2, None).slots_on(&hosts);
+        let ring =
+            ccl::Config::default().on_machine(&ccl::machine::Machine { ranks, cpus: 2, llc: None }).slots_on(&hosts);
         let (topo, ranks_arg) = (topo.to_string_lossy(), ranks.to_string());
         let mut args = vec![&*topo, "--ranks-per-host", &ranks_arg, "-b", "8", "-e", "64M", "-f", "8", "--times"];
         if in_place {

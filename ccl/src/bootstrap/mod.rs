@@ -22,6 +22,7 @@ pub use rendezvous::{join, PeerInfo, Rendezvous};
 use crate::comm::Group;
 use crate::config::{Config, NSLOTS};
 use crate::error::{Error, Result};
+use crate::machine::Machine;
 use crate::topo::Hosts;
 use crate::transport::local::Fabric;
 use crate::transport::shm::Shm;
@@ -51,7 +52,7 @@ pub fn init() -> Result<Group> {
 pub fn lone(config: Config) -> Result<Group> {
     let fabric = Fabric::new(1, NSLOTS, config.slot_bytes());
     let ep: Arc<dyn Transport> = Arc::new(fabric.endpoint(0));
-    Group::new(0, Arc::from([0usize]), Hosts::flat(1), config, Arc::new(Registry::new(vec![ep])?), 0)
+    Group::new(0, Arc::from([0usize]), Hosts::flat(1), config, Arc::new(Registry::new(vec![ep])?), 0, Machine::here(1))
 }
 
 /// Joins the job `env` describes and connects the world.
@@ -85,9 +86,9 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .map_err(at)?;
     // hosts made with CCL_HOSTID may share one machine's cores
     let sharing = table.iter().filter(|p| p.machine == me.machine).count();
-    let cpus = crate::topo::host_cpus();
-    let (nt_set, llc) = (config.nt_stores_min.is_some(), crate::llc::last_level());
-    let config = config.on_machine(sharing, cpus, llc);
+    let machine = Machine::here(sharing);
+    let nt_set = config.nt_stores_min.is_some();
+    let config = config.on_machine(&machine);
     let shm =
         Shm::new(&files, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
@@ -100,7 +101,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         for p in &table {
             eprintln!("ccl INFO rank {} on {} (pid {})", p.rank, p.host, p.pid);
         }
-        eprintln!("ccl INFO {}", streamed_outputs(&config, nt_set, llc, sharing));
+        eprintln!("ccl INFO {}", streamed_outputs(&config, nt_set, &machine));
     }
     let info = config.debug >= crate::config::LogLevel::Info && env.rank == 0;
     let g = Group::new(
@@ -110,8 +111,8 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         config,
         Arc::new(registry),
         comm_id,
+        machine,
     )?;
-    g.share_cores_with(sharing);
     if let Some((link, cores)) = probe::network(&g)? {
         if info {
             eprintln!("ccl INFO network between hosts: {link} (CCL_NET_MBPS=0 measures it)");
@@ -123,9 +124,10 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
 
 /// What `CCL_DEBUG=INFO` says of where outputs start to bypass the cache:
 /// the threshold `config` holds, set by hand (`set`) or from the
-/// last-level cache `llc` and the `ranks` of this machine.
-fn streamed_outputs(config: &Config, set: bool, llc: Option<crate::llc::SharedCache>, ranks: usize) -> String {
-    let why = match (set, llc) {
+/// last-level cache and the ranks of `machine`.
+fn streamed_outputs(config: &Config, set: bool, machine: &Machine) -> String {
+    let ranks = machine.ranks;
+    let why = match (set, machine.llc) {
         (true, _) => "CCL_NT_STORES_MIN".to_string(),
         (false, Some(c)) => format!(
             "auto: last-level cache {} shared by {} CPU(s), {ranks} rank(s) on this machine",
@@ -163,25 +165,26 @@ mod tests {
 
     #[test]
     fn info_says_where_outputs_bypass_the_cache_and_why() {
-        use crate::llc::SharedCache;
+        use crate::machine::SharedCache;
+        let m = |ranks, llc| Machine { cpus: 2, ranks, llc };
         let here = Some(SharedCache { bytes: 32 << 20, cpus: 2 });
-        let auto = Config::default().on_machine(4, 2, here);
+        let auto = Config::default().on_machine(&m(4, here));
         assert_eq!(
-            streamed_outputs(&auto, false, here, 4),
+            streamed_outputs(&auto, false, &m(4, here)),
             "outputs of 4 MiB and more are written around the cache \
              (auto: last-level cache 32 MiB shared by 2 CPU(s), 4 rank(s) on this machine)"
         );
-        let unknown = Config::default().on_machine(2, 2, None);
+        let unknown = Config::default().on_machine(&m(2, None));
         assert_eq!(
-            streamed_outputs(&unknown, false, None, 2),
+            streamed_outputs(&unknown, false, &m(2, None)),
             "outputs of 16 MiB and more are written around the cache (auto: last-level cache unknown)"
         );
         // a threshold that is no whole number of MiB is not rounded
-        let odd = Config::default().on_machine(4, 2, Some(SharedCache { bytes: 36 << 20, cpus: 2 }));
-        assert!(streamed_outputs(&odd, false, None, 4).starts_with("outputs of 4608 KiB and more"));
+        let odd = Config::default().on_machine(&m(4, Some(SharedCache { bytes: 36 << 20, cpus: 2 })));
+        assert!(streamed_outputs(&odd, false, &m(4, None)).starts_with("outputs of 4608 KiB and more"));
         let never = Config { nt_stores_min: Some(0), ..Config::default() };
         assert_eq!(
-            streamed_outputs(&never, true, here, 2),
+            streamed_outputs(&never, true, &m(2, here)),
             "outputs are written through the cache (CCL_NT_STORES_MIN)"
         );
     }

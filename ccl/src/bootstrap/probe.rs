@@ -29,7 +29,7 @@ pub fn network(g: &Group) -> Result<Option<(Link, usize)>> {
     }
     let (a, b) = (groups[0][0], groups[1][0]);
     let me = g.rank();
-    let cores = crate::topo::host_cpus();
+    let cores = g.machine().cpus;
     let mbps = g.inner.config.net_mbps;
     if mbps > 0 {
         let mut c = [cores as u64];

@@ -7,6 +7,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec::engine::{CallOp, Engine};
 use crate::exec::{Conns, Exec};
 use crate::gpu::{GpuBinding, Place, Stream};
+use crate::machine::Machine;
 use crate::op::ReduceOp;
 use crate::plan::{Call, On, Planner, Prepared};
 use crate::topo::Hosts;
@@ -24,6 +25,8 @@ pub(crate) struct Inner {
     /// How this group's connections are cut (`config.slots_on(hosts)`).
     ring: crate::transport::Geometry,
     pub tuner: tune::Tuner,
+    /// The machine this rank runs on, as found at `init`.
+    machine: Machine,
     pub(super) endpoints: Arc<[usize]>,
     pub(crate) registry: Arc<Registry>,
     seq: AtomicU64,
@@ -75,6 +78,7 @@ impl Group {
         config: Config,
         registry: Arc<Registry>,
         id: u64,
+        machine: Machine,
     ) -> Result<Self> {
         let size = endpoints.len();
         if rank >= size || hosts.nranks() != size {
@@ -82,9 +86,7 @@ impl Group {
         }
         let ring = config.slots_on(&hosts);
         let conns = Conns::new(Arc::clone(&registry), id, rank, Arc::clone(&endpoints), ring);
-        let local = hosts.groups().iter().find(|g| g.contains(&rank)).map_or(1, Vec::len);
-        let cores = crate::topo::host_cpus();
-        let own_core = local <= cores;
+        let own_core = machine.own_core();
         let aborted = Arc::new(AtomicBool::new(false));
         let chatty = config.debug >= crate::config::LogLevel::Info;
         let engine = Engine::new(conns, rank, own_core, Arc::clone(&aborted), chatty);
@@ -97,7 +99,8 @@ impl Group {
             hosts,
             config,
             ring,
-            tuner: tune::Tuner::new(crate::sim::Model::DEFAULT.with_cores(cores), rank == 0),
+            tuner: tune::Tuner::new(crate::sim::Model::DEFAULT.with_cores(machine.cpus), rank == 0),
+            machine,
             endpoints,
             registry,
             seq: AtomicU64::new(0),
@@ -114,25 +117,9 @@ impl Group {
         Ok(Group { inner: Arc::new(inner) })
     }
 
-    /// Tells the engine that `ranks` processes of the job (this one
-    /// included) share this machine's cores, even if `CCL_HOSTID` makes
-    /// them separate hosts: it then spins only as long as fits, and writes
-    /// slots through the cache unless every rank has a core.
-    pub(crate) fn share_cores_with(&self, ranks: usize) {
-        self.set_own_core(ranks <= crate::topo::host_cpus());
-    }
-
-    /// Whether this rank has a core of its own: it spins long, spreads
-    /// small messages and learns how to write large calls' slots only then.
-    pub(super) fn set_own_core(&self, own_core: bool) {
-        if let Ok(mut s) = self.inner.state.lock() {
-            s.engine.set_own_core(own_core);
-            s.plans.stores.set_own_cores(own_core);
-        }
-    }
-
-    pub(super) fn own_core(&self) -> bool {
-        self.inner.state.lock().map_or(true, |s| s.plans.stores.own_cores())
+    /// The machine this rank runs on.
+    pub(crate) fn machine(&self) -> &Machine {
+        &self.inner.machine
     }
 
     /// This rank, `0..size()`.
@@ -345,14 +332,12 @@ mod tests {
     }
 
     #[test]
-    fn a_split_group_shares_cores_when_its_parent_does() {
-        let owns = crate::testing::run_local(2, |g| {
-            // one rank per sub-group: on its own it would count as having a core
+    fn a_split_group_runs_on_its_parents_machine() {
+        let same = crate::testing::run_local(2, |g| {
+            // one rank per sub-group: it still shares the machine's cores with the other
             let alone = g.split(Some(g.rank() as u32), 0).expect("split").expect("member");
-            g.share_cores_with(usize::MAX);
-            let shared = g.split(Some(g.rank() as u32), 0).expect("split").expect("member");
-            (alone.own_core(), g.own_core(), shared.own_core())
+            *alone.machine() == *g.machine()
         });
-        assert!(owns.iter().all(|&o| o == (true, false, false)), "{owns:?}");
+        assert!(same.iter().all(|&s| s), "{same:?}");
     }
 }

@@ -26,12 +26,9 @@ impl Group {
         let nth = self.inner.splits.fetch_add(1, Ordering::Relaxed);
         let id = fnv(&[self.inner.id, nth, u64::from(color)]);
         let hosts = self.inner.hosts.subset(&ranks);
-        let g = Group::new(rank, endpoints, hosts, self.inner.config.clone(), Arc::clone(&self.inner.registry), id)?;
+        let (config, registry) = (self.inner.config.clone(), Arc::clone(&self.inner.registry));
+        let g = Group::new(rank, endpoints, hosts, config, registry, id, *self.machine())?;
         g.inner.tuner.set_model(self.inner.tuner.model());
-        // the machine's other ranks still share its cores with this one
-        if !self.own_core() {
-            g.set_own_core(false);
-        }
         Ok(Some(g))
     }
 }

@@ -184,11 +184,6 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Waits from now on as a rank with a core of its own, or not.
-    pub fn set_own_core(&mut self, own_core: bool) {
-        self.own_core = own_core;
-    }
-
     /// An engine of a rank with a core of its own (`own_core`) or sharing
     /// one (see [`Backoff::new`]); `aborted` set from anywhere fails its calls;
     /// `chatty` prints a "still waiting" line every 10 s of a stuck call.

@@ -199,12 +199,6 @@ impl SlotChooser {
         self.own_cores
     }
 
-    /// Whether every rank has a core of its own; where not, `auto` adapts
-    /// with wider margins.
-    pub fn set_own_cores(&mut self, on: bool) {
-        self.own_cores = on;
-    }
-
     /// Takes a call's time: `bytes` bytes with slots written `around` the
     /// cache or not, in `nanos` ns.
     pub fn observe(&mut self, bytes: usize, around: bool, nanos: u64) {

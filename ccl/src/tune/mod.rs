@@ -345,7 +345,8 @@ mod tests {
         }
         // and the tuner cuts calls so: slots, and pieces of half the slots
         let t = Tuner::new(Model::DEFAULT, false);
-        let (cfg, h) = (Config::default().on_machine(2, 2, None), Hosts::flat(2));
+        let (cfg, h) =
+            (Config::default().on_machine(&crate::machine::Machine { ranks: 2, cpus: 2, llc: None }), Hosts::flat(2));
         let small = t.choose(Coll::AllReduce, 1 << 18, 4, &h, &cfg);
         let large = t.choose(Coll::AllReduce, 1 << 20, 4, &h, &cfg);
         assert_eq!((small.slot_elems, small.chunk), (16 << 10, (16 << 10) * NSLOTS / 2));

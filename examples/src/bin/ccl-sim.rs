@@ -217,7 +217,8 @@ fn run(a: &Args) -> Result<(), String> {
     let elem = a.elem.max(1);
     // slots as the ranks of one of these hosts would cut them (0 cores: enough)
     let cpus = if t.rank.cores == 0 { per } else { t.rank.cores };
-    let ring = ccl::Config::default().on_machine(per, cpus, None).slots_on(&hosts);
+    let ring =
+        ccl::Config::default().on_machine(&ccl::machine::Machine { ranks: per, cpus, llc: None }).slots_on(&hosts);
     let slot_set = a.slot.as_deref().map(parse_bytes).transpose()?;
     let chunk_set = a.chunk.as_deref().map(parse_bytes).transpose()?;
     // a reader that goes away (`ccl-sim ... | head`) ends the program quietly

@@ -1,9 +1,45 @@
-//! The last-level cache of this machine, as Linux describes it in sysfs:
-//! how large one instance is and how many CPUs share it. It sets where
-//! outputs start to be written around the cache (`CCL_NT_STORES_MIN`,
-//! [`Config::on_machine`](crate::Config::on_machine)).
+//! The facts of the machine a rank runs on, found once at `init` and
+//! passed down to whatever needs them: the CPUs the job may use here, how
+//! many of its ranks share them (so whether a rank has a core of its
+//! own), and the last-level cache (its size and the CPUs sharing it, as
+//! Linux describes it in sysfs). They set the slot memory and where
+//! outputs start to bypass the cache ([`Config::on_machine`]), how long a
+//! waiting rank spins, and the simulator's cores.
+//!
+//! [`Config::on_machine`]: crate::Config::on_machine
 
 use std::path::Path;
+
+/// This machine, as the job sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// CPUs the job may use here: `CCL_HOST_CPUS` as cclrun sets it (the
+    /// CPUs it may use here, which a rank pinned by `--bind-to core` no
+    /// longer sees itself), else the CPUs this process may use.
+    pub cpus: usize,
+    /// Ranks of the job on this machine (hosts made with `CCL_HOSTID`
+    /// may share one machine's cores).
+    pub ranks: usize,
+    /// One instance of the last-level cache, if sysfs describes it.
+    pub llc: Option<SharedCache>,
+}
+
+impl Machine {
+    /// This machine, shared by `ranks` ranks of the job.
+    pub fn here(ranks: usize) -> Machine {
+        let cpus = std::env::var("CCL_HOST_CPUS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |c| c.get()));
+        Machine { cpus, ranks: ranks.max(1), llc: last_level() }
+    }
+
+    /// Whether every rank here has a core of its own.
+    pub fn own_core(&self) -> bool {
+        self.ranks <= self.cpus
+    }
+}
 
 /// One instance of the last-level cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,7 +51,7 @@ pub struct SharedCache {
 }
 
 /// CPU 0's highest-level data or unified cache, if sysfs describes one.
-pub fn last_level() -> Option<SharedCache> {
+fn last_level() -> Option<SharedCache> {
     from_sysfs(Path::new("/sys/devices/system/cpu/cpu0/cache"))
 }
 
