@@ -19,6 +19,10 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 scripts/deps.sh test
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -q -- -D warnings
+# the library as programs see it: without the `internals` feature that the
+# workspace's tools turn on, and its docs without a warning
+cargo clippy -p ccl -p cclrun -q -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q
 cargo clippy -p ccl-integration -p ccl-examples --all-targets --features ccl-integration/mpi,ccl-examples/mpi,ccl-integration/gloo,ccl-examples/gloo -q -- -D warnings
 cargo test --workspace
 # the slot FIFO and the doorbell under loom (--cfg loom, target/loom)

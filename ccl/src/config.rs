@@ -35,17 +35,11 @@ pub const BUFFSIZE: usize = 1 << 20;
 /// of the machine has a core of its own and talks through memory
 /// ([`Config::on_machine`]): 32 slots of 64 KiB, so that a call's
 /// messages come back to the same lines only after 2 MiB of others, when
-/// they have left both cores' private caches (1 MiB L2 each here), and
-/// messages of up to 32 KiB move around inside their slots (see
-/// [`FifoMem::spread`](crate::transport::fifo)). Measured on the 2-core VM
-/// (2 ranks, all_reduce, medians of alternating near-placement runs
-/// against 1 MiB): 8-128 KiB 22-40 % faster (32 KiB 3.48 -> 2.54 us out
-/// of place), 512 KiB-2 MiB within 5 %; calls of 4 MiB and more fill only
-/// half of each slot ([`tune::slot_fill`](crate::tune::slot_fill)).
-/// Ranks that share cores keep
-/// [`BUFFSIZE`]: 4 ranks on the 2 cores ran 35-75 % slower at 64-256 KiB
-/// with 64 KiB slots (their hot lines are the core's own, and smaller
-/// slots pipeline a ring's steps finer).
+/// they have left both cores' private caches, and messages of up to
+/// 32 KiB move around inside their slots (the FIFO's spreading). Ranks
+/// that share cores keep [`BUFFSIZE`]: their hot lines are the core's own,
+/// and smaller slots pipeline a ring's steps finer. Measurements:
+/// `bench/results/buffsize.md`.
 pub const BUFFSIZE_OWN_CORES: usize = 2 << 20;
 
 /// Outputs from which `CCL_NT_STORES_MIN=auto` writes around the cache

@@ -26,32 +26,41 @@
 //! }
 //! ```
 //!
-//! Layers, top down: [`comm`] (the API), [`tune`] (choice of algorithm),
-//! [`algo`] (schedules as pure functions, and their verifier), [`exec`]
-//! (the progress engine, fingerprints), [`transport`] (slots over threads,
-//! shared memory, TCP), [`bootstrap`] (launch environment, rendezvous),
-//! [`topo`] (hosts), [`config`] (every `CCL_*` knob).
+//! What a program uses: [`init`], [`Group`], [`Communicator`], the
+//! buffers ([`Buffer`], [`comm::SharedBuffer`], [`gpu::DeviceBuffer`]), the
+//! operators and [`Reduce`], [`Error`], [`Config`] (every `CCL_*` knob),
+//! [`testing`] and [`gpu`]. The layers under them (plan, tune, algo, exec,
+//! transport, bootstrap, topo, sim) are private to the crate; the
+//! `internals` feature makes them public for ccl-sim, the tuner tools and
+//! the schedule proofs. `docs/architecture.md` shows how a call flows
+//! through them.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 extern crate self as ccl;
 
-pub mod algo;
-pub mod bootstrap;
+/// The layers under the API: `pub` with the `internals` feature (for
+/// ccl-sim, the tuner tools, benches and the schedule proofs), else
+/// private to the crate.
+macro_rules! layers {
+    ($($name:ident),*) => {$(
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        #[cfg(not(feature = "internals"))]
+        pub(crate) mod $name;
+    )*};
+}
+
+layers!(algo, bootstrap, exec, machine, plan, sim, topo, transport, tune);
+
 pub mod comm;
 pub mod config;
 mod error;
-pub mod exec;
 pub mod gpu;
-pub mod machine;
+pub mod launch;
 mod op;
-pub mod plan;
 mod reduce;
-pub mod sim;
 pub mod testing;
-pub mod topo;
-pub mod transport;
-pub mod tune;
 
 pub use bootstrap::init;
 pub use ccl_macros::Reduce;

@@ -3,7 +3,7 @@
 //! program is there. Every host that fails is reported by name.
 
 use crate::job::Spec;
-use ccl::bootstrap::UniqueId;
+use ccl::launch::UniqueId;
 use cclrun::proto::{HostJob, RankSpec};
 use cclrun::ssh::{self, Agent, Conn};
 use std::io::Write;

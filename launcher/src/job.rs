@@ -9,9 +9,9 @@
 //! host). SIGINT and SIGTERM sent to cclrun are passed to every rank.
 
 use crate::hosts::{self, Started};
-use ccl::bootstrap::Rendezvous;
-use ccl::transport::shm::Shm;
-use ccl::transport::shm_file::JobFiles;
+use ccl::launch::JobFiles;
+use ccl::launch::Rendezvous;
+use ccl::launch::Shm;
 use cclrun::place::Placement;
 use cclrun::proto::{Event, Msg, Order, Status};
 use cclrun::spawn::{self, Ranks};

@@ -7,8 +7,8 @@
 //! called from a thread that lives as long as the job (the main thread).
 
 use crate::proto::{Bind, Event, HostJob, Status};
-use ccl::topo::{cpu_of, evenly_oversubscribed};
-use ccl::transport::shm_file::JobFiles;
+use ccl::launch::JobFiles;
+use ccl::launch::{cpu_of, evenly_oversubscribed};
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -234,11 +234,11 @@ fn pump(r: impl Read + Send + 'static, rank: usize, err: bool, tx: Sender<Event>
 }
 
 /// Tells this host's ranks of the job of `files` that `ranks` of `host`
-/// are lost and why (see [`ccl::bootstrap::lost_notes`]), so that ranks
+/// are lost and why (see [`ccl::launch::lost_notes`]), so that ranks
 /// waiting on them fail now instead of when their own links time out.
 pub fn note_lost(files: &JobFiles, ranks: &[usize], host: &str, why: &str) {
-    let at = ccl::bootstrap::lost_notes::path(files, std::process::id());
-    if let Err(e) = ccl::bootstrap::lost_notes::add(&at, ranks, host, why) {
+    let at = ccl::launch::lost_notes::path(files, std::process::id());
+    if let Err(e) = ccl::launch::lost_notes::add(&at, ranks, host, why) {
         eprintln!("cclrun: cannot note lost ranks in {}: {e}", at.display());
     }
 }

@@ -87,7 +87,7 @@ pub fn connect(name: &str, o: &SshOpts) -> Result<Conn, String> {
     let local_ip = tcp.local_addr().map_err(|e| e.to_string())?.ip();
     let fd = tcp.as_raw_fd();
     // a dead link to the host ends the job instead of a silent wait
-    ccl::transport::tcp::keepalive(&tcp).map_err(|e| format!("keepalive: {e}"))?;
+    ccl::launch::keepalive(&tcp).map_err(|e| format!("keepalive: {e}"))?;
     let mut sess = Session::new().map_err(|e| e.to_string())?;
     sess.set_tcp_stream(tcp);
     sess.set_timeout(o.timeout.as_millis().min(u32::MAX as u128) as u32);

@@ -97,7 +97,7 @@ pub fn address_toward(host: Option<&str>) -> std::net::IpAddr {
     use std::net::ToSocketAddrs;
     let probe = |h: &str| -> Option<std::net::IpAddr> {
         let to = (cclrun::ssh::host_part(h), 9).to_socket_addrs().ok()?.find(|a| a.is_ipv4())?;
-        ccl::transport::tcp::route_source(to).ok()
+        ccl::launch::route_source(to).ok()
     };
     host.and_then(probe).unwrap_or([127, 0, 0, 1].into())
 }
@@ -106,7 +106,7 @@ pub fn address_toward(host: Option<&str>) -> std::net::IpAddr {
 /// `ip`; the launcher's exit code. SIGINT and SIGTERM reach it (its own
 /// handling ends the ranks).
 pub fn run(cmd: &[String], env: &[(String, String)], np: usize, ip: std::net::IpAddr) -> i32 {
-    let rv = match ccl::bootstrap::Rendezvous::bind(std::net::SocketAddr::new(ip, 0), np) {
+    let rv = match ccl::launch::Rendezvous::bind(std::net::SocketAddr::new(ip, 0), np) {
         Ok(rv) => rv,
         Err(e) => {
             eprintln!("cclrun: {e}");

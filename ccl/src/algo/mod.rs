@@ -12,6 +12,7 @@ pub mod part;
 pub mod ring;
 pub mod schedule;
 pub mod tree;
+#[cfg(any(test, feature = "internals"))]
 pub mod verify;
 
 pub use schedule::{Buf, InPlace, Layout, Region, Schedule, Step};

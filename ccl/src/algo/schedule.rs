@@ -102,6 +102,8 @@ pub enum Step {
         dst: Region,
     },
     /// Local reduction `dst = dst ⊕ src`.
+    // no generator emits it yet; the executors, verifier and simulator take it
+    #[allow(dead_code)]
     Reduce {
         /// Operand.
         src: Region,
@@ -193,6 +195,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// Total steps over all channels.
+    #[cfg(any(test, feature = "internals"))]
     pub fn steps(&self) -> usize {
         self.channels.iter().map(Vec::len).sum()
     }

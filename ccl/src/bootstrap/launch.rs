@@ -24,10 +24,6 @@ pub struct LaunchEnv {
     pub rank: usize,
     /// World size.
     pub size: usize,
-    /// Rank among the processes of this host.
-    pub local_rank: usize,
-    /// Processes on this host.
-    pub local_size: usize,
     /// The rendezvous and secret.
     pub id: UniqueId,
     /// This process hosts the rendezvous (rank 0 under `CCL_ROOT`).
@@ -42,16 +38,10 @@ pub struct LaunchEnv {
 
 /// Rank variables of launchers other than cclrun: name, rank, size, local
 /// rank, local size.
-const FOREIGN: [(&str, &str, &str, &str, &str); 3] = [
-    (
-        "Open MPI",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-    ),
-    ("MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-    ("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+const FOREIGN: [(&str, &str, &str); 3] = [
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("MPICH", "PMI_RANK", "PMI_SIZE"),
+    ("Slurm", "SLURM_PROCID", "SLURM_NTASKS"),
 ];
 
 impl LaunchEnv {
@@ -63,23 +53,19 @@ impl LaunchEnv {
                 .map(|v| v.trim().parse().map_err(|_| Error::invalid(format!("{k}={v:?} is not a number"))))
                 .transpose()
         };
-        let (source, rank, size, local) = if let Some(rank) = num("CCL_RANK")? {
+        let (source, rank, size) = if let Some(rank) = num("CCL_RANK")? {
             let size =
                 num("CCL_WORLD_SIZE")?.ok_or_else(|| Error::invalid("CCL_WORLD_SIZE is not set but CCL_RANK is"))?;
-            ("cclrun", rank, size, ("CCL_LOCAL_RANK", "CCL_LOCAL_SIZE"))
+            ("cclrun", rank, size)
         } else {
-            let Some(&(name, r, s, lr, ls)) = FOREIGN.iter().find(|f| get(f.1).is_some()) else { return Ok(None) };
+            let Some(&(name, r, s)) = FOREIGN.iter().find(|f| get(f.1).is_some()) else { return Ok(None) };
             let rank = num(r)?.unwrap_or(0);
             let size = num(s)?.ok_or_else(|| Error::invalid(format!("{s} is not set but {r} is")))?;
-            (name, rank, size, (lr, ls))
+            (name, rank, size)
         };
         if size == 0 || rank >= size {
             return Err(Error::invalid(format!("rank {rank} is not below world size {size} ({source})")));
         }
-        // Slurm writes SLURM_NTASKS_PER_NODE as "2" or "2(x4)"
-        let local_size =
-            get(local.1).and_then(|v| v.split('(').next().and_then(|n| n.trim().parse().ok())).unwrap_or(1);
-        let local_rank = num(local.0)?.unwrap_or(0);
         let (id, serve_rendezvous) = match (get("CCL_UNIQUE_ID"), get("CCL_ROOT")) {
             (Some(id), _) => (UniqueId::parse(&id)?, false),
             (None, Some(root)) if source != "cclrun" => {
@@ -98,7 +84,7 @@ impl LaunchEnv {
         };
         let launcher_pid =
             if source == "cclrun" { get("CCL_LAUNCHER_PID").and_then(|v| v.trim().parse().ok()) } else { None };
-        Ok(Some(LaunchEnv { rank, size, local_rank, local_size, id, serve_rendezvous, source, launcher_pid }))
+        Ok(Some(LaunchEnv { rank, size, id, serve_rendezvous, source, launcher_pid }))
     }
 
     /// Where rank 0 listens when it hosts the rendezvous: every address,
@@ -112,6 +98,7 @@ impl LaunchEnv {
 
 /// Started by mpirun or mpiexec (Open MPI or MPICH variables), with no
 /// rendezvous from cclrun or `CCL_ROOT`: the case MPI bootstraps.
+#[cfg(any(feature = "mpi", test))]
 pub fn mpi_without_rendezvous(get: impl Fn(&str) -> Option<String>) -> bool {
     let ccl = ["CCL_RANK", "CCL_UNIQUE_ID", "CCL_ROOT"].iter().any(|k| get(k).is_some());
     !ccl && FOREIGN[..2].iter().any(|f| get(f.1).is_some())
@@ -143,7 +130,7 @@ mod tests {
             vec![("CCL_RANK", rank.to_string()), ("CCL_WORLD_SIZE", size.to_string()), ("CCL_UNIQUE_ID", id.clone())]
         };
         let e = LaunchEnv::from_lookup(lookup(&env("1", "4"))).expect("ok").expect("some");
-        assert_eq!((e.rank, e.size, e.local_rank, e.local_size, e.source), (1, 4, 0, 1, "cclrun"));
+        assert_eq!((e.rank, e.size, e.source), (1, 4, "cclrun"));
         assert!(!e.serve_rendezvous);
         assert!(LaunchEnv::from_lookup(lookup(&env("4", "4"))).is_err());
         assert!(LaunchEnv::from_lookup(lookup(&env("x", "4"))).is_err());
@@ -162,7 +149,7 @@ mod tests {
             ("CCL_SECRET", secret.clone()),
         ];
         let e = LaunchEnv::from_lookup(lookup(&vars)).expect("ok").expect("some");
-        assert_eq!((e.rank, e.size, e.local_size, e.source, e.serve_rendezvous), (0, 3, 3, "Open MPI", true));
+        assert_eq!((e.rank, e.size, e.source, e.serve_rendezvous), (0, 3, "Open MPI", true));
         assert_eq!(e.bind_addr().to_string(), "0.0.0.0:29500");
         let slurm = vec![
             ("SLURM_PROCID", "5".to_string()),
@@ -173,7 +160,7 @@ mod tests {
             ("CCL_SECRET", secret.clone()),
         ];
         let e = LaunchEnv::from_lookup(lookup(&slurm)).expect("ok").expect("some");
-        assert_eq!((e.rank, e.size, e.local_rank, e.local_size, e.serve_rendezvous), (5, 8, 1, 2, false));
+        assert_eq!((e.rank, e.size, e.serve_rendezvous), (5, 8, false));
         // cclrun --via: the id is given, nobody else serves
         let via = vec![
             ("PMI_RANK", "0".to_string()),

@@ -47,12 +47,9 @@ pub fn launch_env(config: &Config) -> Result<LaunchEnv> {
     }
     let text = std::str::from_utf8(&buf).map_err(|_| Error::invalid("MPI broadcast a garbled id"))?;
     let id = UniqueId::parse(text.trim_end_matches('\0'))?;
-    let local = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
     Ok(LaunchEnv {
         rank,
         size,
-        local_rank: local("OMPI_COMM_WORLD_LOCAL_RANK").or_else(|| local("MPI_LOCALRANKID")).unwrap_or(0),
-        local_size: local("OMPI_COMM_WORLD_LOCAL_SIZE").or_else(|| local("MPI_LOCALNRANKS")).unwrap_or(1),
         id,
         serve_rendezvous: false,
         source: "MPI",

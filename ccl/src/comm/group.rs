@@ -61,7 +61,7 @@ impl Inner {
 
 /// A group of ranks that communicate: the untyped communicator.
 ///
-/// `group.typed::<T>()` gives the typed [`Communicator<T>`] on the same
+/// `group.typed::<T>()` gives the typed [`Communicator<T>`](crate::Communicator) on the same
 /// ranks and connections. Clones share everything; calls on one group
 /// (through any of its typed handles) run in the order they are made.
 #[derive(Clone)]

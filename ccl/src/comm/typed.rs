@@ -214,6 +214,18 @@ impl<T: Reduce> Communicator<T> {
     /// `op` applied element-wise to all ranks' `buf`. `buf` is host memory
     /// (a slice, `Vec` or array) or a [`DeviceBuffer`](crate::gpu::DeviceBuffer), as for
     /// every blocking collective.
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// use ccl::Sum;
+    /// let done = run_local(3, |world| -> ccl::Result<()> {
+    ///     let mut grad = vec![world.rank() as f32; 4];
+    ///     world.typed::<f32>().all_reduce(&mut grad, Sum)?;
+    ///     assert_eq!(grad, [3.0; 4]); // 0 + 1 + 2 on every rank
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn all_reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let n = buf.elems();
         if let Some(r) = self.direct::<O>((Coll::AllReduce, 0, n, true), None, buf.window()) {
@@ -239,6 +251,20 @@ impl<T: Reduce> Communicator<T> {
 
     /// Reduces `buf` over all ranks into `root`'s `buf`; other ranks' `buf`
     /// is left as it was.
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// use ccl::Max;
+    /// let done = run_local(3, |world| -> ccl::Result<()> {
+    ///     let mut v = [world.rank() as i32, -(world.rank() as i32)];
+    ///     world.typed::<i32>().reduce(&mut v, Max, 0)?;
+    ///     if world.rank() == 0 {
+    ///         assert_eq!(v, [2, 0]);
+    ///     }
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O, root: usize) -> Result<()> {
         let n = buf.elems();
         let check = || self.group.check_root("root", root);
@@ -267,6 +293,17 @@ impl<T: Reduce> Communicator<T> {
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// let done = run_local(3, |world| -> ccl::Result<()> {
+    ///     let mut v = if world.rank() == 1 { vec![7u64, 8, 9] } else { vec![0; 3] };
+    ///     world.typed::<u64>().broadcast(&mut v, 1)?;
+    ///     assert_eq!(v, [7, 8, 9]);
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn broadcast<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, root: usize) -> Result<()> {
         let n = buf.elems();
         if let Some(r) = self.direct::<NoOp>((Coll::Broadcast, root, n, root < self.size()), None, buf.window()) {
@@ -297,6 +334,18 @@ impl<T: Reduce> Communicator<T> {
     }
 
     /// Gathers every rank's `send` into `recv` (`size × send.len()`), in rank order.
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// let done = run_local(3, |world| -> ccl::Result<()> {
+    ///     let mine = [world.rank() as u8; 2];
+    ///     let mut all = [0u8; 6];
+    ///     world.typed::<u8>().all_gather(&mine, &mut all)?;
+    ///     assert_eq!(all, [0, 0, 1, 1, 2, 2]);
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn all_gather<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
         let (n, rl) = (send.elems(), recv.elems());
         let want = n.saturating_mul(self.size());
@@ -321,6 +370,20 @@ impl<T: Reduce> Communicator<T> {
 
     /// Reduces `send` (`size × recv.len()`) over all ranks; rank `r` gets
     /// block `r` of the result in `recv`.
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// use ccl::Sum;
+    /// let done = run_local(2, |world| -> ccl::Result<()> {
+    ///     let send = [1.0f64, 2.0, 3.0, 4.0]; // two blocks of two
+    ///     let mut mine = [0.0; 2];
+    ///     world.typed::<f64>().reduce_scatter(&send, &mut mine, Sum)?;
+    ///     let want = if world.rank() == 0 { [2.0, 4.0] } else { [6.0, 8.0] };
+    ///     assert_eq!(mine, want);
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn reduce_scatter<S, R, O>(&self, send: &S, recv: &mut R, _op: O) -> Result<()>
     where
         S: Buffer<T> + ?Sized,
@@ -351,6 +414,19 @@ impl<T: Reduce> Communicator<T> {
 
     /// Sends block `d` of `send` to rank `d` and receives rank `s`'s block
     /// for us into block `s` of `recv` (both `size × count`).
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// let done = run_local(2, |world| -> ccl::Result<()> {
+    ///     let r = world.rank() as u32;
+    ///     let send = [10 * r, 10 * r + 1]; // block d goes to rank d
+    ///     let mut recv = [0u32; 2];
+    ///     world.typed::<u32>().all_to_all(&send, &mut recv)?;
+    ///     assert_eq!(recv, [r, 10 + r]); // block s came from rank s
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn all_to_all<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
         let (len, rl, s) = (send.elems(), recv.elems(), self.size());
         let check = || exact("recv buffer", len, rl).and_then(|()| divisible(len, s));
@@ -374,6 +450,22 @@ impl<T: Reduce> Communicator<T> {
 
     /// Sends `buf` to `peer`, which must `recv` as many elements. Messages
     /// between two ranks arrive in the order they were sent.
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// let done = run_local(2, |world| -> ccl::Result<()> {
+    ///     let c = world.typed::<i16>();
+    ///     if world.rank() == 0 {
+    ///         c.send(&[1, 2, 3], 1)?;
+    ///     } else {
+    ///         let mut got = [0; 3];
+    ///         c.recv(&mut got, 0)?;
+    ///         assert_eq!(got, [1, 2, 3]);
+    ///     }
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn send<B: Buffer<T> + ?Sized>(&self, buf: &B, peer: usize) -> Result<()> {
         let check = || self.check_peer(peer);
         self.blocking::<NoOp>(Coll::Send, check, buf.elems(), peer, Some(buf.place()), None, false)
@@ -387,11 +479,29 @@ impl<T: Reduce> Communicator<T> {
 
     /// Blocks until every rank has entered the barrier (within this
     /// communicator's deadline).
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// let done = run_local(2, |world| world.typed::<u8>().barrier());
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn barrier(&self) -> Result<()> {
         self.group.barrier_within(self.timeout)
     }
 
     /// Non-blocking [`all_reduce`](Self::all_reduce); the request returns `buf`.
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// use ccl::Sum;
+    /// let done = run_local(2, |world| -> ccl::Result<()> {
+    ///     let req = world.typed::<f32>().iall_reduce(vec![1.0; 8], Sum);
+    ///     // ... other work while the call progresses ...
+    ///     assert_eq!(req.wait()?, vec![2.0; 8]);
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(Result::is_ok));
+    /// ```
     pub fn iall_reduce<O: ReduceOp<T>>(&self, mut buf: Vec<T>, _op: O) -> Request<Vec<T>> {
         let (n, p) = (buf.len(), buf.as_mut_ptr());
         self.start::<O, _>(Coll::AllReduce, || Ok(()), self.call(Coll::AllReduce, n, 0, p, p, true), move || buf)

@@ -30,7 +30,9 @@
 
 mod run;
 
-pub use run::{simulate, Prediction, MAX_STEPS};
+pub use run::simulate;
+#[cfg(feature = "internals")]
+pub use run::{Prediction, MAX_STEPS};
 
 use crate::algo::Coll;
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 pub const SLOT_ALIGN: usize = 64;
 
 /// Messages from this size on move around inside their slot
-/// ([`FifoMem::spread`]).
+/// (`FifoMem::spread`).
 pub const SPREAD_MIN: usize = 4096;
 
 #[repr(C, align(64))]
@@ -42,7 +42,7 @@ struct Header {
     seq: AtomicU64,
     /// Bytes of data.
     len: AtomicU32,
-    /// Where the data starts in the slot's data area ([`FifoMem::spread`]).
+    /// Where the data starts in the slot's data area (`FifoMem::spread`).
     off: AtomicU32,
     /// The call's fingerprint.
     fp: [AtomicU64; 4],
@@ -216,15 +216,6 @@ impl FifoMem {
         unsafe { self.base.add(off) }
     }
 
-    /// Bytes per slot.
-    pub fn slot_bytes(&self) -> usize {
-        self.slot_bytes
-    }
-
-    /// Slots in the FIFO.
-    pub fn nslots(&self) -> usize {
-        self.nslots
-    }
 }
 
 impl Drop for FifoMem {
@@ -283,7 +274,7 @@ impl FifoSend {
 
     /// Room for a message of `bytes` bytes (at most a slot) in the next
     /// free slot, if the receiver has released one: at the slot's start,
-    /// or, to `spread`, where [`FifoMem::spread`] places it.
+    /// or, to `spread`, where `FifoMem::spread` places it.
     pub fn reserve(&mut self, bytes: usize, spread: bool) -> Option<*mut u8> {
         let n = self.mem.nslots as u64;
         if self.head - self.tail >= n {
@@ -369,7 +360,7 @@ mod tests {
     #[test]
     fn slots_flow_in_order_and_respect_capacity() {
         let mem = FifoMem::new(4, 100).expect("alloc");
-        assert_eq!(mem.slot_bytes(), 128);
+        assert_eq!(mem.slot_bytes, 128);
         let (b1, b2): (BellRef, BellRef) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
         let mut tx = FifoSend::new(Arc::clone(&mem), Arc::clone(&b1));
         let mut rx = FifoRecv::new(mem, b2);

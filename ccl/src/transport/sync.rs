@@ -5,7 +5,7 @@
 //!
 //! The stores that hand memory to the other side take their ordering from
 //! [`publish`]; under loom a test can weaken it to `Relaxed`
-//! ([`weakened`]) to show that its model notices.
+//! (`weakened`) to show that its model notices.
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{AtomicU32, AtomicU64};
@@ -25,7 +25,7 @@ std::thread_local! {
     static WEAK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// `Release`, or `Relaxed` inside [`weakened`].
+/// `Release`, or `Relaxed` inside `weakened`.
 #[cfg(loom)]
 pub fn publish() -> Ordering {
     if WEAK.with(std::cell::Cell::get) {

@@ -69,11 +69,13 @@ impl Rules {
     }
 
     /// Rules in the file.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
     /// No rules.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
