@@ -8,6 +8,7 @@
 pub mod direct;
 pub mod doubling;
 pub mod hier;
+pub mod lend;
 pub mod part;
 pub mod ring;
 pub mod schedule;

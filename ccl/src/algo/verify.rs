@@ -11,9 +11,11 @@
 //! operands exactly or not at all, that channels of a rank write disjoint
 //! memory, and that the message lengths on every connection match in order.
 //! A run that stops with steps left is a deadlock for that slot count.
+//! What a send lends (sends from where it lies, [`lend::lendable`]) no
+//! step may write until the call ends.
 
 use super::schedule::{Buf, Layout, Region, Schedule, Step};
-use super::{generate, Algo, Coll, Params};
+use super::{generate, lend, Algo, Coll, Params};
 use crate::topo::Hosts;
 use std::collections::{HashMap, VecDeque};
 
@@ -70,6 +72,11 @@ struct RankState {
     layout: Layout,
     mem: [Vec<Sym>; 3],
     pc: Vec<(usize, usize)>, // per channel: (step, slot within step)
+    /// Per channel, per step: whether it sends from the call's memory
+    /// where it lies ([`lend::lendable`]).
+    lend: Vec<Vec<bool>>,
+    /// The memory lent so far: a socket may read it until the call ends.
+    lent: Vec<Region>,
 }
 
 fn bi(b: Buf) -> usize {
@@ -136,6 +143,16 @@ pub fn verify(case: &Case) -> Result<Report, String> {
 /// Proves the schedules `gen` returns for each rank (for testing the
 /// verifier itself on schedules no generator would produce).
 pub fn verify_with(case: &Case, gen: &dyn Fn(Coll, &Params) -> Result<Schedule, String>) -> Result<Report, String> {
+    verify_lending(case, gen, &lend::lendable)
+}
+
+/// [`verify_with`], the sends that lend marked by `lend` (the test of the
+/// verifier's lending rule marks too many).
+fn verify_lending(
+    case: &Case,
+    gen: &dyn Fn(Coll, &Params) -> Result<Schedule, String>,
+    lend: &dyn Fn(&Schedule, &Layout) -> Vec<Vec<bool>>,
+) -> Result<Report, String> {
     let n = case.nranks;
     if n == 0 || n > 64 {
         return Err(format!("verifier handles 1..=64 ranks, not {n}"));
@@ -148,6 +165,8 @@ pub fn verify_with(case: &Case, gen: &dyn Fn(Coll, &Params) -> Result<Schedule, 
                 layout: Layout { input: 0, output: 0, in_place: None },
                 mem: [vec![], vec![], vec![]],
                 pc: vec![],
+                lend: vec![],
+                lent: vec![],
             });
             continue;
         };
@@ -179,7 +198,8 @@ pub fn verify_with(case: &Case, gen: &dyn Fn(Coll, &Params) -> Result<Schedule, 
         }
         check_static(r, &sched, &layout)?;
         let pc = vec![(0, 0); sched.channels.len()];
-        ranks.push(RankState { sched, layout, mem, pc });
+        let lend = lend(&sched, &layout);
+        ranks.push(RankState { sched, layout, mem, pc, lend, lent: vec![] });
     }
     let messages = check_matching(&ranks)?;
     simulate(case, &mut ranks)?;
@@ -375,6 +395,26 @@ fn advance(
     };
     let mut out = None;
     let mut local = false;
+    let whole = matches!(step, Step::Copy { .. } | Step::Reduce { .. });
+    // the memory this slot (a local step: its whole region) covers
+    let slice = |g: Region| {
+        let g = st.layout.resolve(g);
+        if whole {
+            return g;
+        }
+        let s = g.off + u * se;
+        Region::new(g.buf, s, (g.off + (u + 1) * se).min(g.end()) - s)
+    };
+    if let Some(w) = step.writes().map(slice) {
+        if st.lent.iter().any(|l| l.overlaps(&w)) {
+            return Err(format!("writes {:?}[{}..{}], which an earlier send lent to its connection", w.buf, w.off, w.end()));
+        }
+    }
+    if st.lend[c][i] {
+        if let Some(g) = step.sends_as_is().map(slice) {
+            st.lent.push(g);
+        }
+    }
     match step {
         Step::Send { src, .. } => out = Some(read(st, src, u, se)?),
         Step::Recv { dst, .. } => write(st, dst, u, se, incoming.as_deref().unwrap_or(&[])),
@@ -523,5 +563,18 @@ mod tests {
         let far = Region::new(Buf::Output, 1, 1);
         let e = run([vec![vec![Copy { src: IN, dst: far }]], vec![vec![]]]).expect_err("bounds");
         assert!(e.contains("past the end"), "{e}");
+    }
+
+    #[test]
+    fn a_send_lending_memory_a_later_step_writes_is_refused() {
+        // in place, a ring all-reduce receives the reduced piece it sent
+        // first into where it sent it from: marked as lending, that send
+        // would have the socket read memory being overwritten
+        let case = Case { in_place: true, count: 8, ..two_ranks(Coll::AllReduce) };
+        let gen = |coll, p: &Params| generate(coll, Algo::Ring, p);
+        assert!(verify_lending(&case, &gen, &lend::lendable).is_ok());
+        let every = |s: &Schedule, _: &Layout| s.channels.iter().map(|ch| vec![true; ch.len()]).collect();
+        let e = verify_lending(&case, &gen, &every).expect_err("refused");
+        assert!(e.contains("which an earlier send lent to its connection"), "{e}");
     }
 }

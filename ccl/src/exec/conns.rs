@@ -188,7 +188,7 @@ impl Conns {
     fn drain_device_slots(&mut self, within: std::time::Duration) {
         let until = std::time::Instant::now() + within;
         for (s, d) in self.sends.iter_mut().zip(&self.dsends) {
-            if matches!(d, Some(d) if !d.staged) && matches!(s, SendConn::Shm(..)) {
+            if matches!(d, Some(d) if !d.staged) && s.read_elsewhere() {
                 while !s.drained() && std::time::Instant::now() < until {
                     std::thread::sleep(std::time::Duration::from_micros(200));
                 }
@@ -249,12 +249,9 @@ impl Conns {
     }
 
     /// Lets go of every call's memory: drops every message still waiting
-    /// to be sent from it ([`SendConn::forget_lent`]) and takes back every
-    /// place in it given for a message to arrive in ([`RecvConn::withdraw`]):
-    /// the calls have failed.
+    /// to be sent from it ([`SendConn::forget_lent`]): the calls have failed.
     pub fn forget_call_memory(&mut self) {
         self.sends.iter_mut().for_each(SendConn::forget_lent);
-        self.recvs.iter_mut().for_each(RecvConn::withdraw)
     }
 
     /// Whether the transports are up and the group ranks `peers` alive.
