@@ -146,40 +146,6 @@ impl KnobValue for String {
     }
 }
 
-/// How senders write the slots of memory connections (`CCL_SLOT_STORES`).
-///
-/// Through the cache is fastest when the two cores share one. On this
-/// machine (a VM on a chiplet CPU) there are phases, seconds long, in which
-/// 2-rank calls of 1 MiB and more run up to 10x slower that way (1 MiB
-/// all_reduce 70 µs, then 500-700 µs), presumably while the host places the
-/// vCPUs on chiplets that share no cache. Streaming stores run at about
-/// half the fast phase's speed in both (120-200 µs). The time of single
-/// steps does not tell the phases apart (the slow phase is spent between
-/// steps), so `Auto` times whole calls.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SlotStores {
-    /// Whichever way the group's blocking calls of a size class measure
-    /// faster, with a few calls trying the other way (`comm::stores`);
-    /// non-blocking calls follow that choice, calls under 256 KiB use the cache.
-    #[default]
-    Auto,
-    /// Through the cache.
-    Cache,
-    /// Around it, with streaming stores.
-    Around,
-}
-
-impl KnobValue for SlotStores {
-    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Ok(SlotStores::Auto),
-            "cache" => Ok(SlotStores::Cache),
-            "around" => Ok(SlotStores::Around),
-            _ => Err("expected auto, cache or around".into()),
-        }
-    }
-}
-
 /// How ranks check that they make the same calls (`CCL_CHECK`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CheckMode {
@@ -283,8 +249,6 @@ knobs! {
     tune_file: String = String::new(), "CCL_TUNE_FILE", "";
     /// Outputs of at least this many bytes, out of place, are written with stores that bypass the cache (0: never); auto: half the last-level cache over the ranks of the machine that share it (16M where unknown).
     nt_stores_min: Option<usize> = None, "CCL_NT_STORES_MIN", "auto";
-    /// How slots of memory connections are written: auto (calls of 256 KiB and more time both ways), cache (through it), around (streaming stores; steadier where ranks' cores share no cache).
-    slot_stores: SlotStores = SlotStores::Auto, "CCL_SLOT_STORES", "auto";
 }
 
 impl Config {
@@ -315,12 +279,7 @@ impl Config {
     /// instances), at least [`NT_STORES_FLOOR`], or [`NT_STORES_MIN`] where
     /// the cache is unknown. Past that, the outputs of the ranks sharing
     /// the cache fill half of it, and writing them through it evicts the
-    /// inputs and slots the next steps read. Measured here (32 MiB shared
-    /// by both vCPUs, all_reduce, out of place, 6 alternating rounds): 2
-    /// ranks at 8 MiB 0.89-0.91 ms around it against 1.07-1.19 through it,
-    /// at 4 MiB 330-360 µs against 270-290 (so 8 MiB for 2 ranks); 4 ranks
-    /// on the 2 cores at 4 MiB 1.16-1.49 ms against 1.54-2.1, at 2 MiB
-    /// within noise either way (so 4 MiB).
+    /// inputs and slots the next steps read (`bench/results/nt-stores.md`).
     pub fn on_machine(mut self, m: &crate::machine::Machine) -> Config {
         let (ranks, cpus, cache) = (m.ranks, m.cpus, m.llc);
         if self.buffsize.is_none() {
