@@ -11,8 +11,9 @@
 //! operands exactly or not at all, that channels of a rank write disjoint
 //! memory, and that the message lengths on every connection match in order.
 //! A run that stops with steps left is a deadlock for that slot count.
-//! What a send lends (sends from where it lies, [`lend::lendable`]) no
-//! step may write until the call ends.
+//! What a send lends (sends from where it lies, [`lend::plan`]) no step may
+//! write until the call ends, unless a slot is held for it and the writer
+//! takes it back first; the same holds for memory a receive lands in.
 
 use super::schedule::{Buf, Layout, Region, Schedule, Step};
 use super::{generate, lend, Algo, Coll, Params};
@@ -72,11 +73,11 @@ struct RankState {
     layout: Layout,
     mem: [Vec<Sym>; 3],
     pc: Vec<(usize, usize)>, // per channel: (step, slot within step)
-    /// Per channel, per step: whether it sends from the call's memory
-    /// where it lies ([`lend::lendable`]).
-    lend: Vec<Vec<bool>>,
-    /// The memory lent so far: a socket may read it until the call ends.
-    lent: Vec<Region>,
+    /// How its steps share the call's memory with a socket ([`lend::plan`]).
+    lending: lend::Lending,
+    /// The memory lent so far (and whether a slot is held for it): a
+    /// socket may read it until the call ends or it is taken back.
+    lent: Vec<(Region, bool)>,
 }
 
 fn bi(b: Buf) -> usize {
@@ -143,7 +144,7 @@ pub fn verify(case: &Case) -> Result<Report, String> {
 /// Proves the schedules `gen` returns for each rank (for testing the
 /// verifier itself on schedules no generator would produce).
 pub fn verify_with(case: &Case, gen: &dyn Fn(Coll, &Params) -> Result<Schedule, String>) -> Result<Report, String> {
-    verify_lending(case, gen, &lend::lendable)
+    verify_lending(case, gen, &lend::plan)
 }
 
 /// [`verify_with`], the sends that lend marked by `lend` (the test of the
@@ -151,7 +152,7 @@ pub fn verify_with(case: &Case, gen: &dyn Fn(Coll, &Params) -> Result<Schedule, 
 fn verify_lending(
     case: &Case,
     gen: &dyn Fn(Coll, &Params) -> Result<Schedule, String>,
-    lend: &dyn Fn(&Schedule, &Layout) -> Vec<Vec<bool>>,
+    lend: &dyn Fn(&Schedule, &Layout) -> lend::Lending,
 ) -> Result<Report, String> {
     let n = case.nranks;
     if n == 0 || n > 64 {
@@ -165,7 +166,7 @@ fn verify_lending(
                 layout: Layout { input: 0, output: 0, in_place: None },
                 mem: [vec![], vec![], vec![]],
                 pc: vec![],
-                lend: vec![],
+                lending: lend::Lending { send: vec![], takes_back: vec![], lands: vec![] },
                 lent: vec![],
             });
             continue;
@@ -198,8 +199,8 @@ fn verify_lending(
         }
         check_static(r, &sched, &layout)?;
         let pc = vec![(0, 0); sched.channels.len()];
-        let lend = lend(&sched, &layout);
-        ranks.push(RankState { sched, layout, mem, pc, lend, lent: vec![] });
+        let lending = lend(&sched, &layout);
+        ranks.push(RankState { sched, layout, mem, pc, lending, lent: vec![] });
     }
     let messages = check_matching(&ranks)?;
     simulate(case, &mut ranks)?;
@@ -317,6 +318,23 @@ fn write(st: &mut RankState, g: Region, u: usize, se: usize, v: &[Sym]) {
     st.mem[bi(g.buf)][s..s + v.len()].copy_from_slice(v);
 }
 
+/// Memory region `w` is about to be written (or landed in, as `what`
+/// says): lent memory there is an error, held memory must be taken back
+/// (`takes_back`), and then is no longer lent.
+fn take_back(lent: &mut Vec<(Region, bool)>, w: Region, takes_back: bool, what: &str) -> Result<(), String> {
+    let here = |why: &str| format!("{what} {:?}[{}..{}], {why}", w.buf, w.off, w.end());
+    if lent.iter().any(|(l, held)| !held && l.overlaps(&w)) {
+        return Err(here("which an earlier send lent to its connection"));
+    }
+    if lent.iter().any(|(l, _)| l.overlaps(&w)) {
+        if !takes_back {
+            return Err(here("which a send still holds, without taking it back"));
+        }
+        lent.retain(|(l, _)| !l.overlaps(&w));
+    }
+    Ok(())
+}
+
 /// Runs every rank's channels slot by slot until all finish or none can move.
 fn simulate(case: &Case, ranks: &mut [RankState]) -> Result<(), String> {
     let (se, cap, union) = (case.slot_elems.max(1), case.nslots.max(1), case.coll == Coll::Barrier);
@@ -405,14 +423,20 @@ fn advance(
         let s = g.off + u * se;
         Region::new(g.buf, s, (g.off + (u + 1) * se).min(g.end()) - s)
     };
-    if let Some(w) = step.writes().map(slice) {
-        if st.lent.iter().any(|l| l.overlaps(&w)) {
-            return Err(format!("writes {:?}[{}..{}], which an earlier send lent to its connection", w.buf, w.off, w.end()));
+    let takes_back = st.lending.takes_back[c][i];
+    // a landing step's destination is the socket's from its first slot on
+    if u == 0 && st.lending.lands[c][i] {
+        if let Some(d) = lend::landing(&step).map(|d| st.layout.resolve(d)) {
+            take_back(&mut st.lent, d, takes_back, "lands in")?;
         }
     }
-    if st.lend[c][i] {
+    if let Some(w) = step.writes().map(slice) {
+        take_back(&mut st.lent, w, takes_back, "writes")?;
+    }
+    let mode = st.lending.send[c][i];
+    if mode != lend::SendMode::Slot {
         if let Some(g) = step.sends_as_is().map(slice) {
-            st.lent.push(g);
+            st.lent.push((g, mode == lend::SendMode::Hold));
         }
     }
     match step {
@@ -566,15 +590,35 @@ mod tests {
     }
 
     #[test]
-    fn a_send_lending_memory_a_later_step_writes_is_refused() {
+    fn lending_marks_the_verifier_refuses() {
         // in place, a ring all-reduce receives the reduced piece it sent
-        // first into where it sent it from: marked as lending, that send
-        // would have the socket read memory being overwritten
+        // first into where it sent it from
         let case = Case { in_place: true, count: 8, ..two_ranks(Coll::AllReduce) };
         let gen = |coll, p: &Params| generate(coll, Algo::Ring, p);
-        assert!(verify_lending(&case, &gen, &lend::lendable).is_ok());
-        let every = |s: &Schedule, _: &Layout| s.channels.iter().map(|ch| vec![true; ch.len()]).collect();
-        let e = verify_lending(&case, &gen, &every).expect_err("refused");
+        assert!(verify_lending(&case, &gen, &lend::plan).is_ok());
+        // every such send lent without a slot held for it
+        let unheld = |s: &Schedule, l: &Layout| {
+            let mut m = lend::plan(s, l);
+            m.send.iter_mut().flatten().filter(|x| **x == lend::SendMode::Hold).for_each(|x| *x = lend::SendMode::Lend);
+            m
+        };
+        let e = verify_lending(&case, &gen, &unheld).expect_err("refused");
         assert!(e.contains("which an earlier send lent to its connection"), "{e}");
+        // held, but nothing taken back: the landing receive finds it first
+        let kept = |s: &Schedule, l: &Layout| {
+            let mut m = lend::plan(s, l);
+            m.takes_back.iter_mut().flatten().for_each(|t| *t = false);
+            m
+        };
+        let e = verify_lending(&case, &gen, &kept).expect_err("refused");
+        assert!(e.contains("lands in") && e.contains("without taking it back"), "{e}");
+        // and with no landing, the write does
+        let written = |s: &Schedule, l: &Layout| {
+            let mut m = kept(s, l);
+            m.lands.iter_mut().flatten().for_each(|t| *t = false);
+            m
+        };
+        let e = verify_lending(&case, &gen, &written).expect_err("refused");
+        assert!(e.starts_with("rank") && e.contains("writes") && e.contains("without taking it back"), "{e}");
     }
 }

@@ -249,9 +249,12 @@ impl Conns {
     }
 
     /// Lets go of every call's memory: drops every message still waiting
-    /// to be sent from it ([`SendConn::forget_lent`]): the calls have failed.
+    /// to be sent from it ([`SendConn::forget_lent`]) and takes back every
+    /// place in it given for a message to arrive in ([`RecvConn::withdraw`]):
+    /// the calls have failed.
     pub fn forget_call_memory(&mut self) {
         self.sends.iter_mut().for_each(SendConn::forget_lent);
+        self.recvs.iter_mut().for_each(RecvConn::withdraw)
     }
 
     /// Whether the transports are up and the group ranks `peers` alive.

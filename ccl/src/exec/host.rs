@@ -20,17 +20,24 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         n: usize,
         lends: bool,
     ) -> (bool, Option<Region>) {
+        // a message read straight into the memory it is copied to (given
+        // as its place, `Exec::give_places`) is already there
+        let landed = match (crate::algo::lend::landing(&st), incoming) {
+            (Some(d), Some(p)) => std::ptr::eq(p, self.ptr(at(d))),
+            _ => false,
+        };
         // Why the slices below are sound: regions were validated against
         // their buffers in `new`, and fused operands are identical (the
         // `s == d` branches use one slice) or disjoint; a peeked slot holds
         // `n` elements (checked in `step`) and is ours until released; a
         // reserved slot holds at least `slot_elems ≥ n` elements (checked in
         // `new`) and is ours until posted; slots are 64-byte aligned and T's
-        // alignment is at most 64; every bit pattern is a valid T.
+        // alignment is at most 64; every bit pattern is a valid T. A message
+        // that landed is the destination itself, never also taken as a slot.
         let slot_in: &[T] = match incoming {
             // SAFETY: see above: a peeked slot of `n` elements, ours until released.
-            Some(p) => unsafe { std::slice::from_raw_parts(p, n) },
-            None => &[],
+            Some(p) if !landed => unsafe { std::slice::from_raw_parts(p, n) },
+            _ => &[],
         };
         let slot_out: &mut [T] = match outgoing {
             // SAFETY: see above: a reserved slot of at least `n` elements, ours until posted.
@@ -50,6 +57,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         match st {
             Step::Send { src, .. } if lends => lent = Some(at(src)),
             Step::Send { src, .. } => slot_out.copy_from_slice(mem(at(src))),
+            Step::Recv { .. } if landed => {}
             Step::Recv { dst, .. } => put(at(dst), slot_in),
             Step::RecvReduce { src, dst, .. } => {
                 let (s, d) = (at(src), at(dst));
@@ -74,6 +82,14 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 } else {
                     O::reduce3(mem_mut(d), mem(s), slot_in);
                 }
+                if lends {
+                    lent = Some(d);
+                } else {
+                    slot_out.copy_from_slice(mem(d));
+                }
+            }
+            Step::RecvCopySend { dst, .. } if landed => {
+                let d = at(dst);
                 if lends {
                     lent = Some(d);
                 } else {

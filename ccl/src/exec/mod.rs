@@ -22,6 +22,7 @@ pub use device::DevCall;
 pub(crate) use host::store;
 use wiring::Wiring;
 
+use crate::algo::lend::{Lending, SendMode};
 use crate::algo::{Buf, Layout, Region, Schedule, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::ReduceOp;
@@ -50,10 +51,13 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     /// Boxed: host calls, the common case, move a smaller `Exec`.
     gpu: Option<Box<OnGpu>>,
     /// Sending connections that may still read this call's buffers (memory
-    /// sent from where it is, [`Wiring::lend`]): the call is not done,
+    /// sent from where it is, [`Lending::send`]): the call is not done,
     /// and its buffers stay the caller's, until they have sent it; and the
     /// rank each sends to.
     lent: SmallVec<[(usize, usize); 4]>,
+    /// Per channel: the steps so far whose incoming messages have been
+    /// given places in the call's memory ([`give_places`](Self::give_places)).
+    placed: SmallVec<[usize; 4]>,
     _op: PhantomData<O>,
 }
 
@@ -78,18 +82,19 @@ unsafe impl<T: Reduce, O: ReduceOp<T>> Send for Exec<T, O> {}
 pub struct Checked {
     sched: Arc<Schedule>,
     layout: Layout,
-    /// Per channel, per step: whether it may send from where the memory
-    /// lies ([`lend::lendable`](crate::algo::lend::lendable)).
-    lend: Vec<Vec<bool>>,
+    /// How its steps share the call's memory with sockets
+    /// ([`lend::plan`](crate::algo::lend::plan)).
+    lending: Lending,
     wiring: OnceLock<Arc<Wiring>>,
 }
 
 impl Checked {
-    /// Checks `sched` against `layout`, and marks the sends that may lend.
+    /// Checks `sched` against `layout`, and marks how its steps may share
+    /// the call's memory with sockets.
     pub fn new(sched: Schedule, layout: Layout) -> Result<Self> {
         validate(&sched, &layout)?;
-        let lend = crate::algo::lend::lendable(&sched, &layout);
-        Ok(Checked { sched: Arc::new(sched), layout, lend, wiring: OnceLock::new() })
+        let lending = crate::algo::lend::plan(&sched, &layout);
+        Ok(Checked { sched: Arc::new(sched), layout, lending, wiring: OnceLock::new() })
     }
 
     /// The schedule's connections (made now by the plan's first call).
@@ -97,7 +102,7 @@ impl Checked {
         if let Some(w) = self.wiring.get() {
             return Ok(Arc::clone(w));
         }
-        let w = Arc::new(Wiring::new(&self.sched, self.lend.clone(), channel_base, conns)?);
+        let w = Arc::new(Wiring::new(&self.sched, self.lending.clone(), channel_base, conns)?);
         Ok(Arc::clone(self.wiring.get_or_init(|| w)))
     }
 }
@@ -166,6 +171,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         };
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
+        let placed = smallvec::smallvec![0; sched.channels.len()];
         let input = Self::input_of(&layout, input, output);
         let fp = fp.words();
         let around_cache = gpu.is_none() && Self::output_around_cache(&layout, around_cache_from);
@@ -182,6 +188,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             spread,
             gpu,
             lent: SmallVec::new(),
+            placed,
             _op: PhantomData,
         })
     }
@@ -230,6 +237,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         self.spread = plan.spread;
         self.pcs.iter_mut().for_each(|pc| *pc = (0, 0));
         self.lent.clear();
+        self.placed.iter_mut().for_each(|p| *p = 0);
         true
     }
 
@@ -363,6 +371,12 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         // the slice of region `g` this slot covers
         let at = |g: Region| self.layout.resolve(Region::new(g.buf, g.off + off, n));
 
+        if let Some(ri) = ri {
+            if self.gpu.is_none() && self.wiring.lending.lands[c][i] && self.placed[c] <= i {
+                self.placed[c] = i + 1;
+                self.give_places(c, i, ri, conns);
+            }
+        }
         // claim the incoming and outgoing slots before touching anything
         let incoming = match ri {
             Some(ri) => match conns.recv_at(ri).peek().map_err(|e| e.with_peer(st.recv_peer().unwrap_or(0)))? {
@@ -415,7 +429,19 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             self.gpu_step(st, src, dst, elems, io, conns)?;
             local
         } else {
-            let lends = self.wiring.lend[c][i] && si.is_some_and(|si| conns.send_lends(si));
+            let mode = self.wiring.lending.send[c][i];
+            let lends = mode != SendMode::Slot && si.is_some_and(|si| conns.send_lends(si));
+            if self.wiring.lending.takes_back[c][i] && !self.lent.is_empty() {
+                // memory this slot (a local step: its whole region)
+                // overwrites may still be lent, holding a slot: take it back
+                let w = match st {
+                    Step::Copy { dst, .. } | Step::Reduce { dst, .. } => Some(self.layout.resolve(dst)),
+                    _ => st.writes().map(at),
+                };
+                if let Some(w) = w {
+                    self.take_back(w, conns);
+                }
+            }
             let (local, lent) = self.host_step(st, at, incoming, outgoing, n, lends);
             lend = lent;
             local
@@ -424,13 +450,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             (Some(si), Some(r)) => {
                 let (p, bytes) = (self.ptr(r) as *const u8, n * size);
                 let peer = st.send_peer().unwrap_or(0);
+                let hold = self.wiring.lending.send[c][i] == SendMode::Hold;
                 // SAFETY: a validated region of this call's buffers that no
-                // step writes from now on (`Wiring::lend`, proved by the
+                // step writes from now on, or (`hold`) that every step
+                // writing it takes back first (`Lending`, proved by the
                 // verifier); the call is not done, so its buffers stay the
                 // caller's, until the connection has sent it (`done`), and
                 // a failing call has it forgotten
                 // (`Conns::forget_call_memory`) before they go back.
-                unsafe { conns.send_at(si).lend(p, bytes, &self.fp) }.map_err(|e| e.with_peer(peer))?;
+                unsafe { conns.send_at(si).lend(p, bytes, &self.fp, hold) }.map_err(|e| e.with_peer(peer))?;
                 if !self.lent.iter().any(|&(s, _)| s == si) {
                     self.lent.push((si, peer));
                 }
@@ -444,6 +472,49 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let slots = len.div_ceil(se).max(1);
         self.pcs[c] = if local || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
         Ok(true)
+    }
+}
+
+impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
+    /// Gives receiving connection `ri`, where it reads sockets, a place in
+    /// the call's memory for each message of step `i` of channel `c`, as
+    /// the step begins: the slice of the region the step copies it into.
+    /// The socket then reads each message that has not started to arrive
+    /// straight there, saving the copy out of a slot. Only for steps
+    /// [`Lending::lands`] allows; what earlier steps still send from that
+    /// memory is taken back first.
+    fn give_places(&self, c: usize, i: usize, ri: usize, conns: &mut Conns) {
+        let st = self.wiring.sched.channels[c][i];
+        let Some(dst) = crate::algo::lend::landing(&st) else { return };
+        if !conns.recv_at(ri).lands() {
+            return;
+        }
+        let (size, se, len) = (std::mem::size_of::<T>(), self.slot_elems, st.len());
+        if self.wiring.lending.takes_back[c][i] && !self.lent.is_empty() {
+            self.take_back(self.layout.resolve(dst), conns);
+        }
+        for (k, off) in (0..len).step_by(se).enumerate() {
+            let r = self.layout.resolve(Region::new(dst.buf, dst.off + off, se.min(len - off)));
+            // SAFETY: a validated region of this call's buffers, the one
+            // slot `k` of the step copies its message into; no other
+            // channel's step touches it and this channel's later steps wait
+            // for this one (`Lending::lands`), what earlier steps lent from
+            // it was taken back above (`Lending::takes_back`), and a call that
+            // fails has its places withdrawn (`Conns::forget_call_memory`)
+            // before its buffers go back: nothing else touches the place
+            // until the message is released.
+            unsafe { conns.recv_at(ri).post_into(k, self.ptr(r) as *mut u8, r.len * size) };
+        }
+    }
+
+    /// Takes back into their slots the messages lent from the call's
+    /// buffers, not yet sent, that overlap resolved region `w`, which is
+    /// about to be written ([`SendConn::reclaim`]).
+    ///
+    /// [`SendConn::reclaim`]: crate::transport::SendConn::reclaim
+    fn take_back(&self, w: Region, conns: &mut Conns) {
+        let (p, bytes) = (self.ptr(w) as *const u8, w.len * std::mem::size_of::<T>());
+        self.lent.iter().for_each(|&(l, _)| conns.send_at(l).reclaim(p, bytes));
     }
 }
 

@@ -2,6 +2,7 @@
 //! plan by its first call, then shared by every later call of it.
 
 use super::Conns;
+use crate::algo::lend::Lending;
 use crate::algo::Schedule;
 use crate::error::Result;
 use std::sync::Arc;
@@ -20,15 +21,14 @@ pub(super) struct Wiring {
     /// Every connection used, by [`Conns::send_id`]/[`Conns::recv_id`],
     /// sorted, once each.
     pub(super) uses: Vec<usize>,
-    /// Per channel, per step: whether it may send from where the memory
-    /// lies ([`lendable`](crate::algo::lend::lendable)).
-    pub(super) lend: Vec<Vec<bool>>,
+    /// How its steps share the call's memory with sockets.
+    pub(super) lending: Lending,
 }
 
 impl Wiring {
     /// Finds (and makes) the connections of `sched`'s steps, its channels
-    /// mapped from `channel_base` on; `lend` says which sends may lend.
-    pub(super) fn new(sched: &Arc<Schedule>, lend: Vec<Vec<bool>>, channel_base: u32, conns: &mut Conns) -> Result<Self> {
+    /// mapped from `channel_base` on, sharing memory with sockets as `lending` says.
+    pub(super) fn new(sched: &Arc<Schedule>, lending: Lending, channel_base: u32, conns: &mut Conns) -> Result<Self> {
         let mut links = Vec::with_capacity(sched.channels.len());
         for (c, ch) in sched.channels.iter().enumerate() {
             let channel = channel_base + c as u32;
@@ -48,7 +48,7 @@ impl Wiring {
             .collect();
         uses.sort_unstable();
         uses.dedup();
-        Ok(Wiring { sched: Arc::clone(sched), links, uses, lend })
+        Ok(Wiring { sched: Arc::clone(sched), links, uses, lending })
     }
 }
 

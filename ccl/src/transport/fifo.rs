@@ -450,7 +450,7 @@ mod tests {
         let data = [7u8; 16];
         tx.reserve(16, false).expect("reserve").expect("free slot");
         // SAFETY: `data` outlives the call, which sends nothing.
-        let e = unsafe { tx.lend(data.as_ptr(), data.len(), &[0; 4]) }.expect_err("refused");
+        let e = unsafe { tx.lend(data.as_ptr(), data.len(), &[0; 4], false) }.expect_err("refused");
         assert!(e.to_string().contains("sends only from its slots"), "{e}");
         assert_eq!(tx.lent(), 0);
         assert!(rx.peek().is_none(), "nothing was posted");

@@ -177,19 +177,24 @@ impl SendConn {
     }
 
     /// Sends `bytes` bytes at `p` as the next message without copying them
-    /// into a slot; the slot [`reserve`](Self::reserve) returned goes back.
-    /// An error, sending nothing, where this end does not
-    /// [`lend`](Self::lends).
+    /// into a slot. The slot [`reserve`](Self::reserve) returned goes back,
+    /// or with `hold` stays held for the message until it is sent, so that
+    /// [`reclaim`](Self::reclaim) can take the message back into it. An
+    /// error, sending nothing, where this end does not [`lend`](Self::lends).
     ///
     /// # Safety
     ///
     /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
-    /// [`lent`](Self::lent) is 0 or [`forget_lent`](Self::forget_lent) has
-    /// run.
-    pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) -> Result<()> {
+    /// [`lent`](Self::lent) is 0, [`forget_lent`](Self::forget_lent) has
+    /// run, or (with `hold`, for the bytes it covers) [`reclaim`](Self::reclaim).
+    pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], hold: bool) -> Result<()> {
+        if hold && bytes > self.slot_bytes() {
+            return Err(Error::internal(format!("a held message of {bytes} B exceeds a slot")));
+        }
         match self {
-            // SAFETY: the caller's contract is lend's.
-            SendConn::Tcp(t) => unsafe { t.lend(p, bytes, fp) },
+            // SAFETY: the caller's contract is lend's; a held message fits
+            // a slot (checked above).
+            SendConn::Tcp(t) => unsafe { t.lend(p, bytes, fp, hold) },
             _ => return Err(Error::internal("a memory FIFO was lent a message: it sends only from its slots")),
         }
         Ok(())
@@ -200,6 +205,15 @@ impl SendConn {
         match self {
             SendConn::Tcp(t) => t.lent(),
             _ => 0,
+        }
+    }
+
+    /// Takes back held lent messages not yet sent that overlap the `bytes`
+    /// bytes at `p` (copying them into their slots), so that the lender may
+    /// overwrite those bytes.
+    pub fn reclaim(&mut self, p: *const u8, bytes: usize) {
+        if let SendConn::Tcp(t) = self {
+            t.reclaim(p, bytes)
         }
     }
 
@@ -303,10 +317,43 @@ impl RecvConn {
         }
     }
 
+    /// Whether this end can read a message straight into the call's
+    /// memory ([`post_into`](Self::post_into)): sockets, whose kernel
+    /// copies the bytes in anyway, so a slot would only add a copy.
+    pub fn lands(&self) -> bool {
+        self.is_socket()
+    }
+
     /// Whether polling this end is a system call (a socket), not a look at
     /// memory.
     pub fn is_socket(&self) -> bool {
         matches!(self, RecvConn::Tcp(_))
+    }
+
+    /// Gives the message `ahead` after the next one [`peek`](Self::peek)
+    /// will return a place of `cap` bytes at `p` to be read into instead
+    /// of a slot, where it has not started to arrive; `peek` then returns
+    /// `p`. Nothing where this end does not [`land`](Self::lands).
+    ///
+    /// # Safety
+    ///
+    /// `p` must be valid for writes of `cap` bytes, and nothing else may
+    /// read or write them, until that message has been released or
+    /// [`withdraw`](Self::withdraw) has run.
+    pub unsafe fn post_into(&mut self, ahead: usize, p: *mut u8, cap: usize) {
+        if let RecvConn::Tcp(t) = self {
+            // SAFETY: the caller's contract is post_into's.
+            unsafe { t.post_into(ahead, p, cap) }
+        }
+    }
+
+    /// Takes back every place given by [`post_into`](Self::post_into)
+    /// (their memory is about to go: the call failed); what was read into
+    /// them moves into slots.
+    pub fn withdraw(&mut self) {
+        if let RecvConn::Tcp(t) = self {
+            t.withdraw()
+        }
     }
 
     /// Returns the slot [`peek`](Self::peek) returned to the sender.

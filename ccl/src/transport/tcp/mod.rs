@@ -306,7 +306,7 @@ pub fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
 
 #[cfg(test)]
 mod tests {
-    use super::frame::{header, HAS_CRC};
+    use super::frame::{header, HAS_CRC, HEADER};
     use super::hello::HELLO;
     use super::*;
     use crate::error::ErrorKind;
@@ -328,13 +328,19 @@ mod tests {
 
     /// Polls `r` until it yields a slot or an error.
     fn next(r: &mut RecvConn) -> Result<Vec<u8>> {
+        next_at(r).map(|(_, v)| v)
+    }
+
+    /// Polls `r` until it yields a message (where it lies, and its bytes)
+    /// or an error.
+    fn next_at(r: &mut RecvConn) -> Result<(*const u8, Vec<u8>)> {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(10) {
             if let Some((p, len, _)) = r.peek()? {
-                // SAFETY: a peeked slot of `len` bytes, ours until released.
+                // SAFETY: a peeked message of `len` bytes, ours until released.
                 let v = unsafe { std::slice::from_raw_parts(p, len) }.to_vec();
                 r.release();
-                return Ok(v);
+                return Ok((p, v));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -455,7 +461,7 @@ mod tests {
         // lent memory arrives like a slot, in order with slots
         let a: Vec<u8> = (0..1000).map(|i| i as u8).collect();
         // SAFETY: `a` outlives the frame, which is written before `lent` is 0 (checked below).
-        unsafe { s.lend(a.as_ptr(), a.len(), &[0; 4]) }.expect("tcp lends");
+        unsafe { s.lend(a.as_ptr(), a.len(), &[0; 4], false) }.expect("tcp lends");
         let b = vec![5u8; 1024];
         assert_eq!(relay(&mut s, &mut r, std::slice::from_ref(&b)).expect("relayed"), vec![a]);
         assert_eq!(next(&mut r).expect("slot frame"), b);
@@ -464,7 +470,7 @@ mod tests {
         // the stream is cut mid-frame and this end fails
         let big = vec![3u8; 64 << 20];
         // SAFETY: `big` outlives the frame until `forget_lent` below.
-        unsafe { s.lend(big.as_ptr(), big.len(), &[0; 4]) }.expect("tcp lends");
+        unsafe { s.lend(big.as_ptr(), big.len(), &[0; 4], false) }.expect("tcp lends");
         s.flush().expect("no error yet");
         assert_eq!(s.lent(), 1);
         s.forget_lent();
@@ -472,6 +478,53 @@ mod tests {
         drop(big);
         let e = s.flush().expect_err("cut mid-frame");
         assert!(e.to_string().contains("cut off mid-frame"), "{e}");
+    }
+
+    #[test]
+    fn held_lent_memory_taken_back_is_sent_as_it_was() {
+        let (tx, rx) = pair(true);
+        let ring = Geometry { nslots: 2, slot_bytes: 1 << 20 };
+        let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
+        let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
+        let t = Instant::now();
+        let reserve = |s: &mut SendConn| {
+            while s.reserve(1 << 20, false).expect("reserve").is_none() && t.elapsed() < Duration::from_secs(10) {}
+        };
+        // more than the sockets hold, not read yet: the frames after it wait in the queue
+        let big: Vec<u8> = (0..64 << 20).map(|i: u32| (i % 251) as u8).collect();
+        for part in big.chunks(1 << 20) {
+            reserve(&mut s);
+            // SAFETY: `big` outlives its frames, which are all read below.
+            unsafe { s.lend(part.as_ptr(), part.len(), &[0; 4], false) }.expect("lend");
+        }
+        assert!(s.lent() > 2, "64 MiB is more than the sockets hold");
+        let mut held: Vec<Vec<u8>> = (0..2u8).map(|i| vec![i + 1; 1 << 20]).collect();
+        for f in &held {
+            reserve(&mut s);
+            // SAFETY: `held` outlives its frames: sent or taken back below.
+            unsafe { s.lend(f.as_ptr(), f.len(), &[0; 4], true) }.expect("lend");
+        }
+        assert!(s.reserve(1 << 20, false).expect("reserve").is_none(), "held frames keep their slots");
+        // take back the second held frame (tens of MiB behind the first
+        // unsent byte), part of which is about to be overwritten
+        let before = s.lent();
+        // SAFETY: a pointer inside `held[1]`.
+        s.reclaim(unsafe { held[1].as_ptr().add(1000) }, 10);
+        assert_eq!(s.lent(), before - 1, "one frame taken back");
+        held[1].fill(0xEE);
+        let mut got = Vec::new();
+        while got.len() < 66 && t.elapsed() < Duration::from_secs(20) {
+            s.flush().expect("flush");
+            if let Some((p, len, _)) = r.peek().expect("peek") {
+                // SAFETY: a peeked slot of `len` bytes, ours until released.
+                got.push(unsafe { std::slice::from_raw_parts(p, len) }.to_vec());
+                r.release();
+            }
+        }
+        assert_eq!(got.len(), 66);
+        assert_eq!(s.lent(), 0);
+        assert!(got[..64].concat() == big && got[64] == vec![1; 1 << 20], "lent frames arrive as they were");
+        assert_eq!(got[65], vec![2; 1 << 20], "the frame taken back arrives as it was when lent");
     }
 
     #[test]
@@ -516,6 +569,73 @@ mod tests {
         let e = next(&mut r).expect_err("corruption detected");
         assert!(matches!(e.kind(), ErrorKind::Corrupt { .. }), "{e}");
         assert_eq!(e.to_string(), "corrupted data on the tcp from rank 0 channel 0 link: payload checksum mismatch");
+    }
+
+    #[test]
+    fn messages_are_read_into_places_given_before_their_payload_starts() {
+        let rx = transport(1, true);
+        let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
+        let mut r = rx.connect_recv(key, Geometry { nslots: 4, slot_bytes: 256 }).expect("recv end");
+        assert!(r.lands());
+        let mut s = TcpStream::connect(rx.shared.listener.local_addr().expect("addr")).expect("connect");
+        s.write_all(&rx.shared.hello(key, 0).expect("hello")).expect("hello");
+        let head = |p: &[u8]| header(p.len(), &[1, 2, 3, 4], u64::from(crc32fast::hash(p)) | HAS_CRC);
+        let mut places = vec![[0u8; 64]; 5];
+        let at: Vec<*mut u8> = places.iter_mut().map(|p| p.as_mut_ptr()).collect();
+        // reads until `bytes` of the frame in progress are in
+        let read_to = |r: &mut RecvConn, bytes: usize| {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(10) {
+                assert!(r.peek().expect("peek").is_none());
+                if matches!(r, RecvConn::Tcp(t) if t.read_so_far() == bytes) {
+                    return;
+                }
+            }
+            panic!("{bytes} B of the frame never arrived");
+        };
+        let pattern: Vec<u8> = (0..64).collect();
+        // (every place given below: `places` outlives `r`'s use of it and is
+        // only read once its message has been released or the place withdrawn)
+        // message 0 is given a place before it is sent: it is read there;
+        // message 1 does not fit its place: it goes into a slot
+        // SAFETY: see above, on `places`.
+        unsafe { r.post_into(0, at[0], 64) };
+        // SAFETY: see above, on `places`.
+        unsafe { r.post_into(1, at[1], 16) };
+        for p in [&[7u8; 64][..], &[8; 32]] {
+            s.write_all(&head(p)).and_then(|()| s.write_all(p)).expect("frame");
+        }
+        assert_eq!(next_at(&mut r).expect("message 0"), (at[0] as *const u8, vec![7; 64]));
+        let (p, got) = next_at(&mut r).expect("message 1");
+        assert!(!std::ptr::eq(p, at[1]) && got == [8; 32]);
+        // message 2's header is in, not its payload, when it gets a place: read there
+        s.write_all(&head(&pattern)).expect("header");
+        read_to(&mut r, HEADER);
+        // SAFETY: see above, on `places`.
+        unsafe { r.post_into(0, at[2], 64) };
+        s.write_all(&pattern).expect("payload");
+        assert_eq!(next_at(&mut r).expect("message 2"), (at[2] as *const u8, pattern.clone()));
+        // message 3's payload has begun when it gets a place: the slot
+        s.write_all(&head(&pattern)).and_then(|()| s.write_all(&pattern[..10])).expect("part");
+        read_to(&mut r, HEADER + 10);
+        // SAFETY: see above, on `places`.
+        unsafe { r.post_into(0, at[3], 64) };
+        s.write_all(&pattern[10..]).expect("rest");
+        let (p, got) = next_at(&mut r).expect("message 3");
+        assert!(!std::ptr::eq(p, at[3]) && got == pattern);
+        // message 4's place is withdrawn mid-payload: what was read moves
+        // into the slot, the rest follows there
+        // SAFETY: see above, on `places`.
+        unsafe { r.post_into(0, at[4], 64) };
+        s.write_all(&head(&pattern)).and_then(|()| s.write_all(&pattern[..20])).expect("part");
+        read_to(&mut r, HEADER + 20);
+        r.withdraw();
+        s.write_all(&pattern[20..]).expect("rest");
+        let (p, got) = next_at(&mut r).expect("message 4");
+        assert!(!std::ptr::eq(p, at[4]) && got == pattern);
+        assert_eq!(places[1], [0; 64], "a message too large for its place leaves it alone");
+        assert_eq!(places[3], [0; 64], "a message begun in a slot stays there");
+        assert!(places[4][..20] == pattern[..20] && places[4][20..] == [0; 44], "nothing read after the withdrawal");
     }
 
     #[test]

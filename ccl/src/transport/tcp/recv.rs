@@ -1,10 +1,12 @@
 //! The receiving end of a TCP connection: frames read ahead into free
-//! slots, handed out in message order.
+//! slots, or straight into the call's memory where the call has given a
+//! place for them, handed out in message order.
 
 use super::frame::{parse_header, HAS_CRC, HEADER, LOST};
 use super::slots::Slots;
 use super::{host_of, io_err, Link, Shared, SockFlag};
 use crate::error::{Error, ErrorKind, Result};
+use std::collections::VecDeque;
 use std::io::{ErrorKind as IoKind, Read};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
@@ -16,8 +18,19 @@ struct RecvSock {
     next: usize,
     header: [u8; HEADER],
     off: usize,
+    /// Where the payload of the frame being read goes instead of its slot:
+    /// decided once its header is in, before its first payload byte.
+    land: Option<Place>,
     _flag: Arc<SockFlag>,
 }
+
+/// A place in a call's memory that a message is read into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place(*mut u8);
+
+// SAFETY: a place is written only through the connection end holding it,
+// under the contract of `TcpRecv::post_into`; nothing ties it to a thread.
+unsafe impl Send for Place {}
 
 /// The receiving end: frames read ahead into free slots, handed out in order.
 pub struct TcpRecv {
@@ -29,6 +42,11 @@ pub struct TcpRecv {
     lens: Vec<usize>,
     fps: Vec<[u64; 4]>,
     ready: Vec<bool>,
+    /// Per slot: the place its message was read into instead, if any.
+    landed: Vec<Option<Place>>,
+    /// Places given for coming messages ([`post_into`](Self::post_into)):
+    /// message number, place, bytes it holds; in message order.
+    posted: VecDeque<(usize, Place, usize)>,
     tail: usize,
 }
 
@@ -38,8 +56,9 @@ impl TcpRecv {
     /// reading ahead into `slots`.
     pub(super) fn new(key: Link, hosts: Arc<[String]>, shared: Arc<Shared>, slots: Slots) -> Self {
         let n = slots.n;
-        let (lens, fps, ready) = (vec![0; n], vec![[0; 4]; n], vec![false; n]);
-        TcpRecv { key, hosts, shared, socks: Vec::new(), slots, lens, fps, ready, tail: 0 }
+        let (lens, fps, ready, landed) = (vec![0; n], vec![[0; 4]; n], vec![false; n], vec![None; n]);
+        let posted = VecDeque::new();
+        TcpRecv { key, hosts, shared, socks: Vec::new(), slots, lens, fps, ready, landed, posted, tail: 0 }
     }
 
     fn connect(&mut self) -> bool {
@@ -52,7 +71,8 @@ impl TcpRecv {
                     .enumerate()
                     .map(|(i, stream)| {
                         let flag = self.shared.watch(&stream, true);
-                        RecvSock { stream, closed: false, next: i, header: [0; HEADER], off: 0, _flag: flag }
+                        let header = [0; HEADER];
+                        RecvSock { stream, closed: false, next: i, header, off: 0, land: None, _flag: flag }
                     })
                     .collect();
                 debug_assert_eq!(k, self.shared.nsocks);
@@ -71,7 +91,18 @@ impl TcpRecv {
                     s.stream.read(&mut s.header[s.off..])
                 } else {
                     let (len, _, _) = parse_header(&s.header);
-                    s.stream.read(&mut self.slots.bytes(slot, len)[s.off - HEADER..])
+                    if s.off == HEADER {
+                        s.land = place_for(&self.posted, s.next, len);
+                    }
+                    let into = match s.land {
+                        // SAFETY: a place given for this message that holds
+                        // `len` bytes (`place_for`), ours to write until the
+                        // message is released or the place withdrawn
+                        // (`post_into`'s contract).
+                        Some(p) => unsafe { std::slice::from_raw_parts_mut(p.0, len) },
+                        None => self.slots.bytes(slot, len),
+                    };
+                    s.stream.read(&mut into[s.off - HEADER..])
                 };
                 match r {
                     // the peer closed: an error only if we still need a message from it
@@ -92,7 +123,13 @@ impl TcpRecv {
                             )));
                         }
                         if s.off >= HEADER && s.off == HEADER + len {
-                            if check & HAS_CRC != 0 && crc32fast::hash(self.slots.bytes(slot, len)) != check as u32 {
+                            self.landed[slot] = s.land.take();
+                            let got = match self.landed[slot] {
+                                // SAFETY: the place the payload was just read into (above).
+                                Some(p) => unsafe { std::slice::from_raw_parts(p.0, len) },
+                                None => self.slots.bytes(slot, len),
+                            };
+                            if check & HAS_CRC != 0 && crc32fast::hash(got) != check as u32 {
                                 return Err(Error::new(ErrorKind::Corrupt {
                                     link: format!("tcp from rank {} channel {}", self.key.1, self.key.2),
                                 }));
@@ -126,14 +163,64 @@ impl TcpRecv {
         if !self.ready[slot] && self.socks[self.tail % self.socks.len()].closed {
             return Err(self.lost("connection closed"));
         }
-        Ok(self.ready[slot].then(|| (self.slots.ptr(slot) as *const u8, self.lens[slot], self.fps[slot])))
+        let at = self.landed[slot].map_or(self.slots.ptr(slot), |p| p.0) as *const u8;
+        Ok(self.ready[slot].then(|| (at, self.lens[slot], self.fps[slot])))
     }
 
     fn release(&mut self) {
         let slot = self.tail % self.slots.n;
         self.ready[slot] = false;
+        self.landed[slot] = None;
+        while self.posted.front().is_some_and(|&(m, _, _)| m <= self.tail) {
+            self.posted.pop_front();
+        }
         self.tail += 1;
     }
+
+    /// Gives the message `ahead` after the next one to be handed out a
+    /// place of `cap` bytes at `p`: if its payload has not started to
+    /// arrive by then, and fits, it is read there instead of into a slot,
+    /// and [`peek`](Self::peek) hands out `p`. A message given a place
+    /// already keeps it.
+    ///
+    /// # Safety
+    ///
+    /// `p` must be valid for writes of `cap` bytes, and nothing else may
+    /// read or write them, until the message has been released or
+    /// [`withdraw`](Self::withdraw) has run.
+    pub(crate) unsafe fn post_into(&mut self, ahead: usize, p: *mut u8, cap: usize) {
+        let m = self.tail + ahead;
+        if self.posted.back().is_none_or(|&(last, _, _)| last < m) {
+            self.posted.push_back((m, Place(p), cap));
+        }
+    }
+
+    /// Takes back every place given ([`post_into`](Self::post_into)):
+    /// what has been read into one so far moves into its slot, and the
+    /// rest of its frame follows there.
+    pub(crate) fn withdraw(&mut self) {
+        self.posted.clear();
+        let n = self.slots.n;
+        for s in &mut self.socks {
+            if let Some(p) = s.land.take() {
+                let got = s.off.saturating_sub(HEADER);
+                // SAFETY: `got` bytes read into the place (still valid
+                // until this returns), into the free slot of the message.
+                unsafe { std::ptr::copy_nonoverlapping(p.0, self.slots.ptr(s.next), got) };
+            }
+        }
+        for slot in 0..n {
+            if let Some(p) = self.landed[slot].take() {
+                // SAFETY: the message read into the place, into its own slot.
+                unsafe { std::ptr::copy_nonoverlapping(p.0, self.slots.ptr(slot), self.lens[slot]) };
+            }
+        }
+    }
+}
+
+/// The place given for message `m` of `len` bytes, if any and it fits.
+fn place_for(posted: &VecDeque<(usize, Place, usize)>, m: usize, len: usize) -> Option<Place> {
+    posted.iter().find(|&&(at, _, _)| at == m).and_then(|&(_, p, cap)| (len <= cap).then_some(p))
 }
 
 impl TcpRecv {
@@ -145,6 +232,11 @@ impl TcpRecv {
     }
     pub(crate) fn slot_bytes(&self) -> usize {
         self.slots.slot_bytes
+    }
+    /// Bytes of the frame in progress read so far on the first socket.
+    #[cfg(test)]
+    pub(crate) fn read_so_far(&self) -> usize {
+        self.socks.first().map_or(0, |s| s.off)
     }
     pub(crate) fn slot_memory(&self) -> (*mut u8, usize) {
         (self.slots.base, self.slots.layout.size())

@@ -17,8 +17,10 @@ use std::time::Duration;
 enum Payload {
     /// A slot of this end's ring.
     Slot(usize),
-    /// The caller's memory, lent until written ([`TcpSend::lend`]).
-    Lent(*const u8),
+    /// The caller's memory, lent until written ([`TcpSend::lend`]), and
+    /// the slot held for it, if the caller may take it back into that
+    /// slot ([`TcpSend::reclaim`]).
+    Lent(*const u8, Option<usize>),
     /// None (the lost notice).
     Empty,
 }
@@ -97,7 +99,7 @@ impl TcpSend {
                 let data: &[u8] = match payload {
                     Payload::Slot(slot) => self.slots.bytes(slot, len),
                     // SAFETY: lent memory of `len` bytes, valid until written (`lend`).
-                    Payload::Lent(p) => unsafe { std::slice::from_raw_parts(p, len) },
+                    Payload::Lent(p, _) => unsafe { std::slice::from_raw_parts(p, len) },
                     Payload::Empty => &[],
                 };
                 let r = if s.off < HEADER {
@@ -116,7 +118,10 @@ impl TcpSend {
                             s.off = 0;
                             match payload {
                                 Payload::Slot(slot) => self.free.push(slot),
-                                Payload::Lent(_) => self.lent -= 1,
+                                Payload::Lent(_, held) => {
+                                    self.lent -= 1;
+                                    self.free.extend(held);
+                                }
                                 Payload::Empty => {}
                             }
                         }
@@ -175,19 +180,55 @@ impl TcpSend {
     }
 
     /// Sends `bytes` bytes at `p` as the next message, straight from there
-    /// rather than through a slot; the slot reserved for it goes back.
+    /// rather than through a slot. With `hold`, the slot reserved for it
+    /// stays held until it is written, so that the lender may take it back
+    /// ([`reclaim`](Self::reclaim)); otherwise the slot goes back.
     ///
     /// # Safety
     ///
     /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
-    /// [`lent`](Self::lent) says every lent frame is written or
-    /// [`forget_lent`](Self::forget_lent) has run.
-    pub(crate) unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4]) {
-        self.free.extend(self.reserved.take());
+    /// [`lent`](Self::lent) says every lent frame is written,
+    /// [`forget_lent`](Self::forget_lent) has run, or (held frames only)
+    /// [`reclaim`](Self::reclaim) has taken it back. A held frame fits a
+    /// slot (`bytes` at most [`slot_bytes`](Self::slot_bytes)).
+    pub(crate) unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], hold: bool) {
+        debug_assert!(!hold || bytes <= self.slots.slot_bytes, "the caller's contract");
+        let slot = self.reserved.take();
+        let held = if hold { slot } else { None };
+        if held.is_none() {
+            self.free.extend(slot);
+        }
         // SAFETY: valid for `bytes` bytes (the caller's contract).
         let check = frame_check(self.checksum, unsafe { std::slice::from_raw_parts(p, bytes) });
         self.lent += 1;
-        self.enqueue(Frame { payload: Payload::Lent(p), len: bytes, fp: *fp, check });
+        self.enqueue(Frame { payload: Payload::Lent(p, held), len: bytes, fp: *fp, check });
+    }
+
+    /// Takes back every held lent frame not yet fully written that overlaps
+    /// the `bytes` bytes at `p`: its bytes go into the slot held for it and
+    /// are sent from there, so the lender may overwrite them now.
+    pub(crate) fn reclaim(&mut self, p: *const u8, bytes: usize) {
+        if self.lent == 0 {
+            return;
+        }
+        let (lo, hi) = (p as usize, p as usize + bytes);
+        for s in &mut self.socks {
+            for f in s.queue.iter_mut() {
+                let Payload::Lent(q, held) = f.payload else { continue };
+                if (q as usize) < hi && lo < q as usize + f.len {
+                    // only held frames are ever overwritten (`Exec`'s guards)
+                    debug_assert!(held.is_some(), "an unheld lent frame overlaps memory being written");
+                    let Some(slot) = held else { continue };
+                    // SAFETY: lent memory of `f.len` bytes, valid and unchanged
+                    // until now (`lend`'s contract); the held slot is this
+                    // end's, at least `f.len` bytes (`lend`'s contract), and
+                    // not the lent memory.
+                    unsafe { std::ptr::copy_nonoverlapping(q, self.slots.ptr(slot), f.len) };
+                    f.payload = Payload::Slot(slot);
+                    self.lent -= 1;
+                }
+            }
+        }
     }
 
     /// Drops every lent frame not yet written, so its memory may go: the
@@ -200,7 +241,14 @@ impl TcpSend {
         let mut cut = false;
         for s in &mut self.socks {
             let partly = s.off > 0 && matches!(s.queue.front(), Some(f) if matches!(f.payload, Payload::Lent(..)));
-            s.queue.retain(|f| !matches!(f.payload, Payload::Lent(_)));
+            let free = &mut self.free;
+            s.queue.retain(|f| match f.payload {
+                Payload::Lent(_, held) => {
+                    free.extend(held);
+                    false
+                }
+                _ => true,
+            });
             if partly {
                 s.off = 0;
                 cut = true;
