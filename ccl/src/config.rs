@@ -10,21 +10,14 @@ use std::time::Duration;
 /// `NCCL_STEPS`). Many small ones rather than a few large: calls of one
 /// slot or less then come back to a slot's memory only after 32 others,
 /// when its lines have left both cores' private caches, and calls of a few
-/// slots pipeline. Measured on the 2-core VM (2 ranks, 1 MiB per
-/// connection): 8 slots of 128 KiB took 11-13 us for a 64 KiB all_reduce,
-/// 32 of 32 KiB 7.4-7.9 us, with no change at 8 B or at 256 KiB-16 MiB.
+/// slots pipeline (`bench/results/buffsize.md`).
 pub const NSLOTS: usize = 32;
 
 /// Slots per connection where every connection of a group is TCP: two
 /// (double buffering, which the schedule verifier proves enough), each
-/// half the connection's memory, since a socket moves large frames best.
-/// Measured on the 2-core VM (2 ranks over loopback, 1 MiB per
-/// connection, 7 alternating runs): 2 slots of 512 KiB took 473 us for a
-/// 2 MiB all_reduce and 5.1 ms for 16 MiB, 8 of 128 KiB 675 us and 7.3 ms
-/// (earlier, 32 KiB frames ran at 0.6-0.9 of 128 KiB ones); again in 8
-/// alternating runs once each connection was cut by its group, medians
-/// 334 against 441 us at 1 MiB and 7.1 against 12.8 ms at 16 MiB. A piece
-/// is still half the connection's memory, as before.
+/// half the connection's memory, since a socket moves large frames best
+/// (`bench/results/tcp-slots.md`). A piece is still half the connection's
+/// memory.
 pub const TCP_NSLOTS: usize = 2;
 
 /// Slot memory per connection where `CCL_BUFFSIZE` is auto, unless
@@ -146,6 +139,38 @@ impl KnobValue for String {
     }
 }
 
+/// How senders write the slots of memory connections (`CCL_SLOT_STORES`).
+///
+/// Through the cache is fastest when the sender's and receiver's cores
+/// share a cache; where they do not (other chiplets or sockets), a line
+/// written through the cache must be fetched from the writer's, and
+/// streaming stores to memory run faster. Which holds can change while a
+/// job runs (a VM's vCPUs moved), and the time of single steps does not
+/// show it, so `Auto` times whole calls (`bench/results/slot-stores.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlotStores {
+    /// Whichever way the group's blocking calls of a size class measure
+    /// faster, with a few calls trying the other way (`plan::stores`);
+    /// non-blocking calls follow that choice, calls under 256 KiB use the cache.
+    #[default]
+    Auto,
+    /// Through the cache.
+    Cache,
+    /// Around it, with streaming stores.
+    Around,
+}
+
+impl KnobValue for SlotStores {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(SlotStores::Auto),
+            "cache" => Ok(SlotStores::Cache),
+            "around" => Ok(SlotStores::Around),
+            _ => Err("expected auto, cache or around".into()),
+        }
+    }
+}
+
 /// How ranks check that they make the same calls (`CCL_CHECK`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CheckMode {
@@ -249,6 +274,8 @@ knobs! {
     tune_file: String = String::new(), "CCL_TUNE_FILE", "";
     /// Outputs of at least this many bytes, out of place, are written with stores that bypass the cache (0: never); auto: half the last-level cache over the ranks of the machine that share it (16M where unknown).
     nt_stores_min: Option<usize> = None, "CCL_NT_STORES_MIN", "auto";
+    /// How slots of memory connections are written: auto (calls of 256 KiB and more time both ways), cache (through it), around (streaming stores; steadier where ranks' cores share no cache).
+    slot_stores: SlotStores = SlotStores::Auto, "CCL_SLOT_STORES", "auto";
 }
 
 impl Config {
@@ -279,7 +306,12 @@ impl Config {
     /// instances), at least [`NT_STORES_FLOOR`], or [`NT_STORES_MIN`] where
     /// the cache is unknown. Past that, the outputs of the ranks sharing
     /// the cache fill half of it, and writing them through it evicts the
-    /// inputs and slots the next steps read (`bench/results/nt-stores.md`).
+    /// inputs and slots the next steps read. Measured here (32 MiB shared
+    /// by both vCPUs, all_reduce, out of place, 6 alternating rounds): 2
+    /// ranks at 8 MiB 0.89-0.91 ms around it against 1.07-1.19 through it,
+    /// at 4 MiB 330-360 µs against 270-290 (so 8 MiB for 2 ranks); 4 ranks
+    /// on the 2 cores at 4 MiB 1.16-1.49 ms against 1.54-2.1, at 2 MiB
+    /// within noise either way (so 4 MiB).
     pub fn on_machine(mut self, m: &crate::machine::Machine) -> Config {
         let (ranks, cpus, cache) = (m.ranks, m.cpus, m.llc);
         if self.buffsize.is_none() {

@@ -71,10 +71,8 @@ impl Hosts {
 /// Which of `cpus` CPUs cclrun pins local rank `rank` of `ranks` to: the
 /// rank-th while there are enough, else contiguous blocks, so that ranks
 /// next to each other (ring and recursive-doubling neighbours) share a
-/// CPU and only the blocks' ends talk across CPUs. 4 ranks on 2 CPUs, 16
-/// MiB all_reduce: 6.3 ms in blocks against 8.0 ms pinned in turn (0 and
-/// 2, 1 and 3 sharing) and 7.1 ms unpinned; with the two vCPUs placed far
-/// apart, 15.6 against 26.6 and 15.7 ms.
+/// CPU and only the blocks' ends talk across CPUs
+/// (`bench/results/bind-to.md`).
 pub fn cpu_of(rank: usize, ranks: usize, cpus: usize) -> usize {
     if ranks <= cpus {
         rank
@@ -86,12 +84,9 @@ pub fn cpu_of(rank: usize, ranks: usize, cpus: usize) -> usize {
 /// Whether cclrun's `--bind-to auto` pins `ranks` of a host on its `cpus`
 /// CPUs (as [`cpu_of`] places them): where they outnumber the CPUs and
 /// split evenly over them (ccl-sim then shares each core by its ranks'
-/// work). Left to the kernel, 4 ranks on 2 CPUs ran a 4 MiB all_reduce in
-/// 1.09-1.75 ms from run to run, pinned in 1.06-1.15, and small ones no
-/// slower; 3 ranks pinned, two of them sharing a CPU and one alone, ran
-/// 8 B-512 B in 16-17 us, against 7 unpinned; 8 and 64 ranks alike either
-/// way. With no more ranks than CPUs, jobs side by side would all pin to
-/// the same first CPUs.
+/// work): pinned, such ranks run steadier; pinned unevenly, the ranks
+/// sharing a CPU run slower (`bench/results/bind-to.md`). With no more
+/// ranks than CPUs, jobs side by side would all pin to the same first CPUs.
 pub fn evenly_oversubscribed(ranks: usize, cpus: usize) -> bool {
     cpus > 0 && ranks > cpus && ranks.is_multiple_of(cpus)
 }

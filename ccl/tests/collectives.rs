@@ -7,6 +7,7 @@
 mod common;
 
 use ccl::algo::Algo;
+use ccl::config::SlotStores;
 use ccl::testing::LocalJob;
 use ccl::Config;
 use common::matrix::everything;
@@ -85,6 +86,48 @@ fn every_algorithm_writing_outputs_around_the_cache() {
     // the path of large outputs (non-temporal stores), here taken by every output
     for algo in [Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::TreeRing] {
         run_matrix(&[1, 2, 3, 4], Config { nt_stores_min: Some(1), ..config(Some(algo), 1) });
+    }
+}
+
+#[test]
+fn every_algorithm_writing_slots_around_the_cache() {
+    // CCL_SLOT_STORES=around: every slot a step sends is written with non-temporal stores
+    for algo in [Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::TreeRing] {
+        run_matrix(&[2, 3, 4], Config { slot_stores: SlotStores::Around, ..config(Some(algo), 1) });
+    }
+    // and both: the ring's fused steps store each reduced piece twice
+    // around the cache, into the output and into the slot
+    let both = Config { slot_stores: SlotStores::Around, nt_stores_min: Some(1), ..config(Some(Algo::Ring), 1) };
+    run_matrix(&[2, 3, 4], both);
+}
+
+#[test]
+fn automatic_slot_stores_keep_results_exact_while_probing() {
+    // CCL_SLOT_STORES=auto on 2 ranks (each with a core where the machine
+    // has 2): 1 MiB calls are timed, and some of them (a class's 4th and
+    // 5th, then others) are written around the cache while the rest go
+    // through it; every result must be exact either way
+    use ccl::Sum;
+    use common::{compare, input, reference};
+    let (seed, n, len) = (seed(), 2, 1 << 18);
+    let job = LocalJob::new(n).config(Config { slot_stores: SlotStores::Auto, ..Config::default() });
+    for (rank, r) in job
+        .run(|g| {
+            let c = g.typed::<f32>();
+            for call in 0..24u64 {
+                let inputs: Vec<Vec<f32>> = (0..n).map(|r| input(seed, call, r, len, true)).collect();
+                let mut v = inputs[g.rank()].clone();
+                c.all_reduce(&mut v, Sum).map_err(|e| e.to_string())?;
+                compare(&format!("call {call}"), &v, &reference::<f32, Sum>(&inputs), n)?;
+            }
+            Ok::<(), String>(())
+        })
+        .into_iter()
+        .enumerate()
+    {
+        if let Err(e) = r {
+            panic!("rank {rank}: {e} (seed {seed})");
+        }
     }
 }
 

@@ -91,7 +91,7 @@ impl Group {
         let chatty = config.debug >= crate::config::LogLevel::Info;
         let engine = Engine::new(conns, rank, own_core, Arc::clone(&aborted), chatty);
         let rules = if config.tune_file.is_empty() { None } else { Some(tune::Rules::load(&config.tune_file)?) };
-        let plans = Planner::new(own_core);
+        let plans = Planner::new(&config, own_core);
         let inner = Inner {
             rank,
             size,
@@ -188,7 +188,8 @@ impl Group {
         let on = self.on();
         self.with_state(|State { engine: eng, plans, .. }| {
             eng.check_usable()?;
-            let Prepared { plan, finish_ranks, timeout } = plans.prepare::<T, O>(&on, &call, seq)?;
+            let around = plans.stores.chosen(call.bytes());
+            let Prepared { plan, finish_ranks, timeout } = plans.prepare::<T, O>(&on, &call, seq, around)?;
             if !call.coll.p2p() {
                 eng.conns.post_call(&plan.fp.words());
             }
@@ -208,9 +209,12 @@ impl Group {
         let on = self.on();
         self.with_state(|State { engine: eng, plans, kept: keep }| {
             eng.check_usable()?;
+            let (around, timed) = plans.stores.pick(call.bytes(), seq);
+            // a device call's slots are written by the GPU: nothing to learn
             let on_host = call.device.is_none();
+            let timed = timed && on_host;
             let mut kept = keep.take().and_then(|k| k.downcast::<CallOp<T, O>>().ok());
-            let Prepared { plan, finish_ranks, timeout } = plans.prepare::<T, O>(&on, &call, seq)?;
+            let Prepared { plan, finish_ranks, timeout } = plans.prepare::<T, O>(&on, &call, seq, around)?;
             // (the exchange of a call under CCL_CHECK=full, numbered as
             // the call, is not one to compare)
             if !call.coll.p2p() && T::NAME != crate::plan::fingerprint::CHECK_WORD {
@@ -234,7 +238,12 @@ impl Group {
                     }
                 }
             };
+            let started = timed.then(std::time::Instant::now);
             eng.run(&mut *op, call.coll.name(), seq, timeout)?;
+            if let Some(t0) = started {
+                let nanos = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                plans.stores.observe(call.bytes(), around, nanos);
+            }
             // a device call keeps nothing on its GPU past the call
             if on_host {
                 *keep = Some(op);

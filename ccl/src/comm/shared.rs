@@ -39,9 +39,8 @@ static CREATED: AtomicU64 = AtomicU64::new(0);
 const BLOCK_BYTES: usize = 32 << 10;
 
 /// Calls smaller than this run through the connections instead: below it
-/// the two framing all-reduces cost what the slots save (2-rank all-reduce
-/// here, 3 alternating runs: at 4 KiB 1.0-2.6 µs directly, 0.9-4.8 µs
-/// through slots; at 16 KiB 1.4-2.6 µs against 3.1-16 µs).
+/// the two framing all-reduces cost what the slots save
+/// (`bench/results/shared-buffers.md`).
 pub(crate) const DIRECT_MIN_BYTES: usize = 16 << 10;
 
 /// The memory of one `alloc_shared` call on one rank: its own buffer and,

@@ -52,11 +52,12 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         // around the cache
         let around = |d: Region| self.around_cache && d.buf == Buf::Output;
         let put = |d: Region, src: &[T]| store(around(d), mem_mut(d), src);
+        let to_slot = self.slots_around;
         let mut local = false;
         let mut lent = None;
         match st {
             Step::Send { src, .. } if lends => lent = Some(at(src)),
-            Step::Send { src, .. } => slot_out.copy_from_slice(mem(at(src))),
+            Step::Send { src, .. } => store(to_slot, slot_out, mem(at(src))),
             Step::Recv { .. } if landed => {}
             Step::Recv { dst, .. } => put(at(dst), slot_in),
             Step::RecvReduce { src, dst, .. } => {
@@ -67,11 +68,11 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     reduce3::<T, O>(around(d), mem_mut(d), mem(s), slot_in);
                 }
             }
-            Step::RecvReduceSend { src, .. } => O::reduce3(slot_out, mem(at(src)), slot_in),
+            Step::RecvReduceSend { src, .. } => reduce3::<T, O>(to_slot, slot_out, mem(at(src)), slot_in),
             // a large output around the cache, and the slot's copy from
             // each reduced piece while it is still in L1
             Step::RecvReduceCopySend { src, dst, .. } if !lends && at(src) != at(dst) && around(at(dst)) => {
-                reduce3_around_cache::<T, O>(mem_mut(at(dst)), mem(at(src)), slot_in, Some(slot_out))
+                reduce3_around_cache::<T, O>(mem_mut(at(dst)), mem(at(src)), slot_in, Some((slot_out, to_slot)))
             }
             Step::RecvReduceCopySend { src, dst, .. } => {
                 // else the output through the cache even when large: the
@@ -85,7 +86,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 if lends {
                     lent = Some(d);
                 } else {
-                    slot_out.copy_from_slice(mem(d));
+                    store(to_slot, slot_out, mem(d));
                 }
             }
             Step::RecvCopySend { dst, .. } if landed => {
@@ -93,7 +94,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 if lends {
                     lent = Some(d);
                 } else {
-                    slot_out.copy_from_slice(mem(d));
+                    store(to_slot, slot_out, mem(d));
                 }
             }
             Step::RecvCopySend { dst, .. } => {
@@ -102,7 +103,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 if lends {
                     lent = Some(d);
                 } else {
-                    slot_out.copy_from_slice(slot_in);
+                    store(to_slot, slot_out, slot_in);
                 }
             }
             Step::Copy { src, dst } => {
@@ -150,21 +151,21 @@ fn reduce3<T: Reduce, O: ReduceOp<T>>(around: bool, dst: &mut [T], a: &[T], b: &
 }
 
 /// `dst = a ⊕ b` with `dst` written around the cache, and the same into
-/// `copy` (through the cache) if given: reduced a few KiB at a time into a
-/// buffer that stays in L1, then stored from there.
+/// `copy` if given (around the cache too if its flag says): reduced a few
+/// KiB at a time into a buffer that stays in L1, then stored from there.
 fn reduce3_around_cache<T: Reduce, O: ReduceOp<T>>(
     dst: &mut [T],
     a: &[T],
     b: &[T],
-    mut copy: Option<&mut [T]>,
+    mut copy: Option<(&mut [T], bool)>,
 ) {
     #[repr(C, align(64))]
     struct Chunk([u8; 4096]);
     let per = 4096 / std::mem::size_of::<T>();
     if per == 0 {
         O::reduce3(dst, a, b);
-        if let Some(c) = copy {
-            c.copy_from_slice(dst);
+        if let Some((c, around)) = copy {
+            store(around, c, dst);
         }
         return;
     }
@@ -177,8 +178,8 @@ fn reduce3_around_cache<T: Reduce, O: ReduceOp<T>>(
         let t = &mut tmp[..d.len()];
         O::reduce3(t, x, y);
         ccl_kernels::copy_around_cache_unfenced(d, t);
-        if let Some(c) = copy.as_mut() {
-            c[i * per..i * per + t.len()].copy_from_slice(t);
+        if let Some((c, around)) = copy.as_mut() {
+            store_unfenced(*around, &mut c[i * per..i * per + t.len()], t);
         }
     }
     // one fence for the whole run: one a piece stalled each for the
@@ -200,12 +201,12 @@ mod tests {
             let a: Vec<T> = (0..n).map(&draw).collect();
             let b: Vec<T> = (0..n).map(|i| draw(i * 7 + n)).collect();
             let want: Vec<T> = a.iter().zip(&b).map(|(&x, &y)| op(x, y)).collect();
-            for copy in [false, true] {
+            for copy in [None, Some(false), Some(true)] {
                 let (mut dst, mut slot) = (vec![draw(1); n], vec![draw(2); n]);
-                reduce3_around_cache::<T, O>(&mut dst, &a, &b, copy.then_some(&mut slot[..]));
-                assert_eq!(dst, want, "{n} elements, copy {copy}");
-                if copy {
-                    assert_eq!(slot, want, "{n} elements, copy {copy}");
+                reduce3_around_cache::<T, O>(&mut dst, &a, &b, copy.map(|around| (&mut slot[..], around)));
+                assert_eq!(dst, want, "{n} elements, copy {copy:?}");
+                if copy.is_some() {
+                    assert_eq!(slot, want, "{n} elements, copy {copy:?}");
                 }
             }
         }

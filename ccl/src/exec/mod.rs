@@ -46,6 +46,8 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     /// Whether data written into the output goes around the cache (see
     /// [`Plan::around_cache_from`]).
     around_cache: bool,
+    /// Whether slots are written around the cache ([`Plan::slots_around`]).
+    slots_around: bool,
     /// Whether small messages move around inside their slots ([`Plan::spread`]).
     spread: bool,
     /// Boxed: host calls, the common case, move a smaller `Exec`.
@@ -127,6 +129,9 @@ pub struct Plan<'a> {
     /// ([`ccl_kernels::copy_around_cache`]): they would not stay in it, and
     /// ordinary stores first read every line.
     pub around_cache_from: usize,
+    /// Whether every slot a step fills is written around the cache (as
+    /// `CCL_SLOT_STORES` and the group's measurements say); host steps only.
+    pub slots_around: bool,
     /// Whether a message of at most half a slot takes a new place in its
     /// slot each time the ring comes back to it ([`FifoSend::reserve`]):
     /// where every rank has a core of its own, so that the lines written
@@ -148,7 +153,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, spread } = plan;
+        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around, spread } = plan;
         let layout = checked.layout;
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
@@ -185,6 +190,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             slot_elems,
             fp,
             around_cache,
+            slots_around,
             spread,
             gpu,
             lent: SmallVec::new(),
@@ -206,10 +212,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// written around the cache ([`Plan::around_cache_from`]), and not the
     /// call's input too: in place, every line written was read earlier in
     /// the call, so an ordinary store finds it in the cache more often than
-    /// not, where a streaming one must first push it out (2 ranks in place,
-    /// medians of 10-12 alternating runs, around the cache against through
-    /// it: 8 MiB 754 against 509 µs, 16 MiB 1.64 against 1.42 ms, 64 MiB
-    /// 8.1 against 7.0 ms; 4 ranks on the 2 cores at 16 MiB 6.9 against 5.1 ms).
+    /// not, where a streaming one must first push it out
+    /// (`bench/results/nt-stores.md`).
     fn output_around_cache(layout: &Layout, from: usize) -> bool {
         let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(std::mem::size_of::<T>());
         from > 0 && layout.in_place.is_none() && out_bytes >= from
@@ -234,6 +238,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         self.output = output;
         self.fp = plan.fp.words();
         self.around_cache = Self::output_around_cache(&self.layout, plan.around_cache_from);
+        self.slots_around = plan.slots_around;
         self.spread = plan.spread;
         self.pcs.iter_mut().for_each(|pc| *pc = (0, 0));
         self.lent.clear();
@@ -601,6 +606,7 @@ mod tests {
             fp,
             device: None,
             around_cache_from: 0,
+            slots_around: false,
             spread: false,
         };
         let (input, mut output) = (vec![1.0f32; count], vec![0.0f32; count]);

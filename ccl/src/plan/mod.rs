@@ -9,6 +9,9 @@
 //! a loop repeating one call neither tunes nor looks up again.
 
 pub mod fingerprint;
+mod stores;
+
+pub(crate) use stores::SlotChooser;
 
 use crate::algo::{self, Coll, Params};
 use crate::config::Config;
@@ -45,6 +48,11 @@ pub(crate) struct Call<T> {
 }
 
 impl<T> Call<T> {
+    /// Bytes of the call's count (a size class, not what it moves).
+    pub fn bytes(&self) -> usize {
+        self.count.saturating_mul(std::mem::size_of::<T>())
+    }
+
     /// The fingerprint of this call, numbered `seq`: what its peers must agree on.
     pub fn fingerprint<O: ReduceOp<T>>(&self, seq: u64) -> Fingerprint
     where
@@ -84,20 +92,21 @@ type PlanKey = (Coll, algo::Algo, usize, usize, usize, usize, bool);
 /// count, root, in place, element size.
 type CallKey = (Coll, usize, usize, bool, usize);
 
-/// A group's plans: those made so far, and the last call's choice and plan.
+/// A group's plans: those made so far, the last call's choice and plan,
+/// and how its large calls write their slots.
 #[derive(Default)]
 pub(crate) struct Planner {
     map: HashMap<PlanKey, Arc<Checked>>,
     /// The last call, the tuner's generation then, its choice and plan.
     last: Option<(CallKey, u64, tune::Choice, Arc<Checked>)>,
-    /// Whether every rank of the machine has a core of its own.
-    own_core: bool,
+    /// How large calls write their slots under `CCL_SLOT_STORES=auto`.
+    pub stores: SlotChooser,
 }
 
 impl Planner {
-    /// A planner for a rank with a core of its own, or not.
-    pub fn new(own_core: bool) -> Self {
-        Planner { own_core, ..Planner::default() }
+    /// A planner whose slot stores follow `config`.
+    pub fn new(config: &Config, own_core: bool) -> Self {
+        Planner { stores: SlotChooser::new(config.slot_stores, own_core), ..Planner::default() }
     }
 
     /// The algorithm of the last call planned.
@@ -154,9 +163,10 @@ impl Planner {
         on: &On<'_>,
         call: &Call<T>,
         seq: u64,
+        slots_around: bool,
     ) -> Result<Prepared<'p>> {
         // read before the plan borrows `self`
-        let own_cores = self.own_core;
+        let own_cores = self.stores.own_cores();
         let (choice, checked) = self.plan_of::<T>(on, call)?;
         // where every rank has a core; a call filling only part of each
         // slot keeps to that part (tune::slot_fill)
@@ -178,6 +188,7 @@ impl Planner {
             fp,
             device,
             around_cache_from: on.config.nt_stores_min(),
+            slots_around,
             spread,
         };
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(on.config.timeout) })

@@ -198,16 +198,12 @@ pub struct Backoff {
 const SPINS: u32 = 64;
 /// The same where polling reads sockets, each poll a system call per
 /// socket: 64 of them held the core long enough to slow every hand-off
-/// (8 B all_reduce over loopback TCP with ranks sharing the 2 cores:
-/// 3 ranks 104-138 us, 4 ranks 92, 8 ranks 440-570; with 8 polls 49, 54
-/// and 207-227; with 2, 50, 44 and 203-219; with 16, 43-89, 70 and 232-251).
+/// (`bench/results/spin.md`).
 const SPINS_ON_SOCKETS: u32 = 4;
 /// How long a rank with a core of its own re-polls before yielding: longer
 /// than a futex round trip, or two such ranks fall into waking each other
-/// from sleep on every call. A count of 2048 polls without pauses (some
-/// 20-40 us here) did fall into it: a 2-rank 4 KiB all_reduce ran all its
-/// 30 calls at 120-136 us instead of 2, in 2 of 8 runs (48 context
-/// switches, against 7).
+/// from sleep on every call, as a count of polls without pauses did
+/// (`bench/results/spin.md`).
 const SPIN_DEDICATED: Duration = Duration::from_millis(1);
 /// Polls between readings of the clock while spinning.
 const CLOCK_EVERY: u32 = 64;

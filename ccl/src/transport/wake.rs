@@ -3,8 +3,8 @@
 //! that rings the doorbell while the rank polls also sends a byte to this
 //! socket, which is among the descriptors polled. Without it a rank with
 //! both memory and network peers had to nap in short polls, and a message
-//! from a peer of its own host waited for the nap to end (8 ranks on 4
-//! namespace hosts sharing 2 cores: 0.8-3.4 ms for an 8 B all_reduce).
+//! from a peer of its own host waited for the nap to end
+//! (`bench/results/wake-socket.md`).
 //! A datagram socket rather than a named pipe: sending to a socket nobody
 //! reads any more fails quietly, where writing to such a pipe raises
 //! SIGPIPE.

@@ -50,12 +50,7 @@ pub struct Choice {
 /// twice a connection's memory fills only [`BUFFSIZE`] / [`NSLOTS`] of
 /// each (and so does not spread its messages either): its pieces then
 /// cycle through the 1 MiB per connection they had before, rather than 2,
-/// beside data that no longer fits the cache. Measured on 2 ranks out of
-/// place, in two runs of 13-15 alternations: 4 MiB took 323 and 308 us
-/// with whole 64 KiB slots, against 306 and 300 with 32 KiB filled; 8 MiB
-/// was mixed (1 458 against 1 437 us, then 1 055 against 1 072); at
-/// 1-2 MiB the whole slots are faster in place (56 against 60 us at
-/// 1 MiB) and within 5 % out of place, so they keep them.
+/// beside data that no longer fits the cache (`bench/results/buffsize.md`).
 ///
 /// [`BUFFSIZE`]: crate::config::BUFFSIZE
 /// [`BUFFSIZE_OWN_CORES`]: crate::config::BUFFSIZE_OWN_CORES

@@ -93,10 +93,9 @@ pub fn route_source(to: std::net::SocketAddr) -> std::io::Result<std::net::IpAdd
 /// for its SSH sessions).
 ///
 /// Deliberately not `TCP_USER_TIMEOUT`: it would also end a connection
-/// whose receiver is only busy. Measured on this machine's kernel (6.18,
-/// loopback), with 16 s set, a sender whose peer did not read for 17 s
-/// (a full window, its probes answered) failed with "timed out" — a rank
-/// computing longer than that before its next call would end the job.
+/// whose receiver is only busy: a sender whose peer computes longer than
+/// the bound before its next call, with a full window and its probes
+/// answered, fails with "timed out", and the job with it.
 pub fn keepalive(s: &TcpStream) -> std::io::Result<()> {
     let fd = s.as_raw_fd();
     let set = |level: i32, opt: i32, v: i32| -> std::io::Result<()> {
