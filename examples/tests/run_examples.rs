@@ -161,7 +161,7 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
         for row in out.lines().filter(|l| !l.starts_with('#')) {
             let w: Vec<&str> = row.split_whitespace().collect();
             let count: usize = w[1].parse().expect("count");
-            let (slot, chunk) = ccl::tune::cut(count, 4, ring);
+            let (slot, chunk) = ccl::tune::cut(4, ring);
             let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
             // the tuner's choice, and its time as asked
             let call = Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk, slot, in_place };

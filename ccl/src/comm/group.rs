@@ -22,8 +22,6 @@ pub(crate) struct Inner {
     pub id: u64,
     pub hosts: Hosts,
     pub config: Config,
-    /// How this group's connections are cut (`config.slots_on(hosts)`).
-    ring: crate::transport::Geometry,
     pub tuner: tune::Tuner,
     /// The machine this rank runs on, as found at `init`.
     machine: Machine,
@@ -98,7 +96,6 @@ impl Group {
             id,
             hosts,
             config,
-            ring,
             tuner: tune::Tuner::new(crate::sim::Model::DEFAULT.with_cores(machine.cpus), rank == 0),
             machine,
             endpoints,
@@ -162,14 +159,7 @@ impl Group {
     /// The group a call is planned on.
     fn on(&self) -> On<'_> {
         let i = &self.inner;
-        On {
-            rank: i.rank,
-            size: i.size,
-            hosts: &i.hosts,
-            config: &i.config,
-            tuner: &i.tuner,
-            slot_bytes: i.ring.slot_bytes,
-        }
+        On { rank: i.rank, size: i.size, hosts: &i.hosts, config: &i.config, tuner: &i.tuner }
     }
 
     /// Plans and queues a call; `on_done` runs when it has finished. The

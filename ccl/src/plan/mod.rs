@@ -72,8 +72,6 @@ pub(crate) struct On<'a> {
     pub hosts: &'a Hosts,
     pub config: &'a Config,
     pub tuner: &'a Tuner,
-    /// Bytes per slot of the group's connections.
-    pub slot_bytes: usize,
 }
 
 /// A call ready to run, but for its buffers.
@@ -168,10 +166,8 @@ impl Planner {
         // read before the plan borrows `self`
         let own_cores = self.stores.own_cores();
         let (choice, checked) = self.plan_of::<T>(on, call)?;
-        // where every rank has a core; a call filling only part of each
-        // slot keeps to that part (tune::slot_fill)
-        let size = std::mem::size_of::<T>();
-        let spread = own_cores && choice.slot_elems * size > on.slot_bytes / 2;
+        // where every rank has a core of its own
+        let spread = own_cores;
         let base = if call.coll.p2p() { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(on.size);
         let fp = call.fingerprint::<O>(seq);

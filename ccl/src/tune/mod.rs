@@ -44,32 +44,11 @@ pub struct Choice {
     pub slot_elems: usize,
 }
 
-/// Bytes of each slot a call of `bytes` bytes fills, on connections cut
-/// as `ring`: the whole slot, except on the larger slots of ranks with
-/// cores of their own ([`BUFFSIZE_OWN_CORES`]), where a call of at least
-/// twice a connection's memory fills only [`BUFFSIZE`] / [`NSLOTS`] of
-/// each (and so does not spread its messages either): its pieces then
-/// cycle through the 1 MiB per connection they had before, rather than 2,
-/// beside data that no longer fits the cache (`bench/results/buffsize.md`).
-///
-/// [`BUFFSIZE`]: crate::config::BUFFSIZE
-/// [`BUFFSIZE_OWN_CORES`]: crate::config::BUFFSIZE_OWN_CORES
-/// [`NSLOTS`]: crate::config::NSLOTS
-pub fn slot_fill(bytes: usize, ring: Geometry) -> usize {
-    use crate::config::{BUFFSIZE, BUFFSIZE_OWN_CORES, NSLOTS};
-    let own = ring.nslots == NSLOTS && ring.slot_bytes == BUFFSIZE_OWN_CORES / NSLOTS;
-    if own && bytes >= 2 * BUFFSIZE_OWN_CORES {
-        BUFFSIZE / NSLOTS
-    } else {
-        ring.slot_bytes
-    }
-}
-
-/// How the tuner cuts a call of `count` elements of `elem` bytes on
-/// connections cut as `ring` (before `CCL_CHUNKSIZE`): elements per slot,
-/// filled as [`slot_fill`] says, and per pipeline piece ([`pieces`]).
-pub fn cut(count: usize, elem: usize, ring: Geometry) -> (usize, usize) {
-    pieces(slot_fill(count.saturating_mul(elem.max(1)), ring), elem, ring)
+/// How the tuner cuts a call of elements of `elem` bytes on connections
+/// cut as `ring` (before `CCL_CHUNKSIZE`): elements per slot, and per
+/// pipeline piece ([`pieces`]).
+pub fn cut(elem: usize, ring: Geometry) -> (usize, usize) {
+    pieces(ring.slot_bytes, elem, ring)
 }
 
 /// Elements per slot, and per pipeline piece (half a connection's slots),
@@ -162,7 +141,7 @@ impl Tuner {
     /// The choice for `coll` moving `count` elements of `elem_size` bytes.
     pub fn choose(&self, coll: Coll, count: usize, elem_size: usize, hosts: &Hosts, cfg: &Config) -> Choice {
         let elem = elem_size.max(1);
-        let (slot_elems, max_chunk) = cut(count, elem, cfg.slots_on(hosts));
+        let (slot_elems, max_chunk) = cut(elem, cfg.slots_on(hosts));
         let chunk = match cfg.chunksize {
             0 => max_chunk,
             b => {
@@ -325,27 +304,15 @@ mod tests {
     }
 
     #[test]
-    fn large_calls_fill_the_larger_slots_of_ranks_with_their_own_cores_only_partly() {
-        use crate::config::{BUFFSIZE, BUFFSIZE_OWN_CORES, NSLOTS, TCP_NSLOTS};
-        let own = Geometry { nslots: NSLOTS, slot_bytes: BUFFSIZE_OWN_CORES / NSLOTS };
-        assert_eq!(slot_fill((4 << 20) - 1, own), 64 << 10);
-        assert_eq!(slot_fill(4 << 20, own), 32 << 10);
-        // other shapes fill their slots whatever the size
-        for ring in [
-            Geometry { nslots: NSLOTS, slot_bytes: BUFFSIZE / NSLOTS },
-            Geometry { nslots: TCP_NSLOTS, slot_bytes: BUFFSIZE / TCP_NSLOTS },
-            Geometry { nslots: NSLOTS, slot_bytes: (64 << 20) / NSLOTS },
-        ] {
-            assert_eq!(slot_fill(1 << 30, ring), ring.slot_bytes, "{ring:?}");
-        }
-        // and the tuner cuts calls so: slots, and pieces of half the slots
+    fn the_tuner_cuts_calls_into_whole_slots_and_pieces_of_half_the_slots() {
+        use crate::config::NSLOTS;
         let t = Tuner::new(Model::DEFAULT, false);
         let (cfg, h) =
             (Config::default().on_machine(&crate::machine::Machine { ranks: 2, cpus: 2, llc: None }), Hosts::flat(2));
-        let small = t.choose(Coll::AllReduce, 1 << 18, 4, &h, &cfg);
-        let large = t.choose(Coll::AllReduce, 1 << 20, 4, &h, &cfg);
-        assert_eq!((small.slot_elems, small.chunk), (16 << 10, (16 << 10) * NSLOTS / 2));
-        assert_eq!((large.slot_elems, large.chunk), (8 << 10, (8 << 10) * NSLOTS / 2));
+        for count in [1 << 18, 1 << 20, 1 << 24] {
+            let c = t.choose(Coll::AllReduce, count, 4, &h, &cfg);
+            assert_eq!((c.slot_elems, c.chunk), (16 << 10, (16 << 10) * NSLOTS / 2), "{count}");
+        }
     }
 
     #[test]

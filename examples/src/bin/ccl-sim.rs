@@ -265,7 +265,7 @@ fn run(a: &Args) -> Result<(), String> {
         // slots filled and pieces cut as ccl's tuner would for this size,
         // or as asked (pieces of half a connection's slots of that size)
         let (slot, chunk) = match slot_set {
-            None => ccl::tune::cut(count, elem, ring),
+            None => ccl::tune::cut(elem, ring),
             Some(s) => ccl::tune::pieces(s, elem, ring),
         };
         let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
