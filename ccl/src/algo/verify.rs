@@ -147,8 +147,8 @@ pub fn verify_with(case: &Case, gen: &dyn Fn(Coll, &Params) -> Result<Schedule, 
     verify_lending(case, gen, &lend::plan)
 }
 
-/// [`verify_with`], the sends that lend marked by `lend` (the test of the
-/// verifier's lending rule marks too many).
+/// [`verify_with`], with how steps share memory with sockets marked by
+/// `lend` (the verifier's own tests mark it wrongly on purpose).
 fn verify_lending(
     case: &Case,
     gen: &dyn Fn(Coll, &Params) -> Result<Schedule, String>,
