@@ -306,12 +306,7 @@ impl Config {
     /// instances), at least [`NT_STORES_FLOOR`], or [`NT_STORES_MIN`] where
     /// the cache is unknown. Past that, the outputs of the ranks sharing
     /// the cache fill half of it, and writing them through it evicts the
-    /// inputs and slots the next steps read. Measured here (32 MiB shared
-    /// by both vCPUs, all_reduce, out of place, 6 alternating rounds): 2
-    /// ranks at 8 MiB 0.89-0.91 ms around it against 1.07-1.19 through it,
-    /// at 4 MiB 330-360 µs against 270-290 (so 8 MiB for 2 ranks); 4 ranks
-    /// on the 2 cores at 4 MiB 1.16-1.49 ms against 1.54-2.1, at 2 MiB
-    /// within noise either way (so 4 MiB).
+    /// inputs and slots the next steps read (`bench/results/nt-stores.md`).
     pub fn on_machine(mut self, m: &crate::machine::Machine) -> Config {
         let (ranks, cpus, cache) = (m.ranks, m.cpus, m.llc);
         if self.buffsize.is_none() {

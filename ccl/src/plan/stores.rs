@@ -53,9 +53,8 @@ struct Adapt {
 /// Ranks with a core of their own.
 const OWN_CORE: Adapt = Adapt { from: ADAPT_MIN, switch: 1.2, alarm: 1.5 };
 /// Ranks sharing cores, whose calls' times swing with the scheduler: wider
-/// margins, and from 1 MiB (their calls of 256 and 512 KiB ran 1.2x slower
-/// adapting than through the cache in the near placement; 4 ranks: 110
-/// against 93 µs at 256 KiB, medians of 12 runs).
+/// margins, and from 1 MiB: below it, adapting cost them more than it
+/// saved (`bench/results/slot-stores.md`).
 const SHARING: Adapt = Adapt { from: 1 << 20, switch: 1.5, alarm: 3.0 };
 
 /// Size classes: powers of two from `ADAPT_MIN` up.
