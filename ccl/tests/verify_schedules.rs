@@ -78,6 +78,28 @@ fn every_generator_for_1_to_64_ranks() {
     }
 }
 
+/// The schedules on shared buffers (each rank reading and writing its
+/// peers' buffers), every rank count 1..=64, in place and not, in blocks
+/// of 2 elements: results, and no access of a peer's memory unordered
+/// with its owner's or another rank's.
+#[test]
+fn shared_buffer_schedules_for_1_to_64_ranks() {
+    for n in 1..=64usize {
+        for coll in Coll::ALL {
+            for in_place in [false, true] {
+                if !coll.on_shared(in_place) {
+                    continue;
+                }
+                for count in [0, 1, 7, n.saturating_sub(1), 2 * n + 3] {
+                    let mut c = case(coll, Algo::Direct, n, count);
+                    (c.in_place, c.chunk) = (in_place, 2);
+                    check(&c);
+                }
+            }
+        }
+    }
+}
+
 /// Hierarchical forms on uneven host layouts, and flat generators on
 /// topology-ordered rings (hosts interleaved).
 #[test]

@@ -12,6 +12,7 @@ pub mod lend;
 pub mod part;
 pub mod ring;
 pub mod schedule;
+pub mod shared;
 pub mod tree;
 #[cfg(any(test, feature = "internals"))]
 pub mod verify;
@@ -102,6 +103,13 @@ impl Coll {
         }
     }
 
+    /// Whether the call runs directly on shared buffers ([`shared`]) where
+    /// every rank's buffers are mapped by every other, as
+    /// [`Algo::Direct`].
+    pub fn on_shared(self, in_place: bool) -> bool {
+        matches!(self, Coll::AllReduce | Coll::ReduceScatter | Coll::AllGather) || self == Coll::Broadcast && in_place
+    }
+
     /// The buffers of rank `rank`'s call of `count` elements (NCCL's count:
     /// per rank for all-gather and reduce-scatter, per peer for all-to-all).
     pub fn layout(self, nranks: usize, rank: usize, count: usize, root: usize, in_place: bool) -> Layout {
@@ -146,7 +154,8 @@ pub enum Algo {
     RingRing,
     /// Tree inside hosts, ring across hosts.
     TreeRing,
-    /// Direct exchange with each peer (all-to-all, send/recv).
+    /// Direct exchange with each peer (all-to-all, send/recv), or reading
+    /// and writing the peers' buffers where they are shared ([`shared`]).
     Direct,
     /// Dissemination (barrier).
     Dissemination,
@@ -219,7 +228,9 @@ pub struct Params<'a> {
 }
 
 /// The schedule of `algo` for `coll` on this rank, with empty steps removed.
-/// An algorithm that does not implement `coll` is an error.
+/// An algorithm that does not implement `coll` is an error. `Direct`
+/// all-reduce, reduce-scatter, all-gather and broadcast (in place) read
+/// and write the peers' buffers, which the caller must have shared.
 pub fn generate(coll: Coll, algo: Algo, p: &Params) -> Result<Schedule, String> {
     if p.nranks == 0 || p.rank >= p.nranks || p.hosts.nranks() != p.nranks {
         return Err(format!("rank {} of {} (hosts for {})", p.rank, p.nranks, p.hosts.nranks()));
@@ -245,6 +256,7 @@ pub fn generate(coll: Coll, algo: Algo, p: &Params) -> Result<Schedule, String> 
         (Coll::ReduceScatter, Ring) => ring::reduce_scatter(p),
         (Coll::ReduceScatter, HalvingDoubling) => doubling::reduce_scatter_rh(p),
         (Coll::AllToAll, Direct) => direct::all_to_all(p),
+        (c, Direct) if c.on_shared(p.in_place) => shared::schedule(c, p)?,
         (Coll::Barrier, Dissemination) => direct::barrier(p),
         (Coll::Send, Direct) => direct::send(p),
         (Coll::Recv, Direct) => direct::recv(p),

@@ -10,6 +10,20 @@ pub enum Buf {
     Output,
     /// Scratch space owned by the call, [`Schedule::scratch`] elements long.
     Scratch,
+    /// Rank `r`'s send buffer, where every rank maps every other's
+    /// ([`shared`](super::shared) schedules), as it lies on rank `r`
+    /// (resolved: never used in place).
+    PeerInput(usize),
+    /// Rank `r`'s receive buffer (in place: its one buffer), as it lies on
+    /// rank `r`, resolved.
+    PeerOutput(usize),
+}
+
+impl Buf {
+    /// Whether it is a rank's buffer reached through shared memory.
+    pub fn is_peer(self) -> bool {
+        matches!(self, Buf::PeerInput(_) | Buf::PeerOutput(_))
+    }
 }
 
 /// `len` elements of `buf` from element `off`.
@@ -102,13 +116,23 @@ pub enum Step {
         dst: Region,
     },
     /// Local reduction `dst = dst ⊕ src`.
-    // no generator emits it yet; the executors, verifier and simulator take it
-    #[allow(dead_code)]
     Reduce {
         /// Operand.
         src: Region,
         /// Operand and result.
         dst: Region,
+    },
+    /// Tells `to` that every earlier step of this channel has happened: an
+    /// empty message, which orders those steps before whatever `to` does
+    /// after its matching [`Wait`](Step::Wait).
+    Notify {
+        /// Receiving rank.
+        to: usize,
+    },
+    /// Waits for `from`'s [`Notify`](Step::Notify).
+    Wait {
+        /// Sending rank.
+        from: usize,
     },
 }
 
@@ -120,12 +144,27 @@ impl Step {
             Step::Recv { dst, .. } | Step::RecvCopySend { dst, .. } => dst.len,
             Step::RecvReduce { dst, .. } | Step::RecvReduceCopySend { dst, .. } => dst.len,
             Step::Copy { dst, .. } | Step::Reduce { dst, .. } => dst.len,
+            Step::Notify { .. } | Step::Wait { .. } => 0,
         }
     }
 
-    /// Whether the step touches nothing.
+    /// Whether the step does nothing (a notice, empty as it is, does something).
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len() == 0 && !matches!(self, Step::Notify { .. } | Step::Wait { .. })
+    }
+
+    /// Whether this step, a copy, and `next`, a reduction into the same
+    /// region from another, run as one pass (`dst = src ⊕ next's src`),
+    /// as executors and the simulator run them: the copy's result is never
+    /// written alone.
+    pub fn fuses_with(&self, next: Option<&Step>) -> bool {
+        matches!((self, next), (Step::Copy { src: a, dst: d }, Some(Step::Reduce { src: b, dst: e }))
+            if d == e && a != d && b != d)
+    }
+
+    /// Whether the step is local: a copy or reduction of whole regions.
+    pub fn is_local(&self) -> bool {
+        matches!(self, Step::Copy { .. } | Step::Reduce { .. })
     }
 
     /// The rank this step receives from, if any.
@@ -135,7 +174,8 @@ impl Step {
             | Step::RecvReduce { from, .. }
             | Step::RecvReduceSend { from, .. }
             | Step::RecvReduceCopySend { from, .. }
-            | Step::RecvCopySend { from, .. } => Some(from),
+            | Step::RecvCopySend { from, .. }
+            | Step::Wait { from } => Some(from),
             _ => None,
         }
     }
@@ -146,7 +186,8 @@ impl Step {
             Step::Send { to, .. }
             | Step::RecvReduceSend { to, .. }
             | Step::RecvReduceCopySend { to, .. }
-            | Step::RecvCopySend { to, .. } => Some(to),
+            | Step::RecvCopySend { to, .. }
+            | Step::Notify { to } => Some(to),
             _ => None,
         }
     }
@@ -159,7 +200,7 @@ impl Step {
             }
             Step::RecvReduce { src, .. } | Step::RecvReduceCopySend { src, .. } => vec![src],
             Step::Reduce { src, dst } => vec![src, dst],
-            Step::Recv { .. } | Step::RecvCopySend { .. } => vec![],
+            Step::Recv { .. } | Step::RecvCopySend { .. } | Step::Notify { .. } | Step::Wait { .. } => vec![],
         }
     }
 
@@ -179,7 +220,7 @@ impl Step {
         match *self {
             Step::Recv { dst, .. } | Step::RecvReduce { dst, .. } | Step::RecvReduceCopySend { dst, .. } => Some(dst),
             Step::RecvCopySend { dst, .. } | Step::Copy { dst, .. } | Step::Reduce { dst, .. } => Some(dst),
-            Step::Send { .. } | Step::RecvReduceSend { .. } => None,
+            Step::Send { .. } | Step::RecvReduceSend { .. } | Step::Notify { .. } | Step::Wait { .. } => None,
         }
     }
 }
@@ -235,7 +276,8 @@ pub struct InPlace {
 
 impl Layout {
     /// Maps a region onto (buffer, offset) in memory: in place, input and
-    /// output regions both land in `Buf::Output`, the shared buffer.
+    /// output regions both land in `Buf::Output`, the shared buffer. Peers'
+    /// regions are resolved already.
     pub fn resolve(&self, r: Region) -> Region {
         match (self.in_place, r.buf) {
             (Some(ip), Buf::Input) => Region::new(Buf::Output, r.off + ip.input_off, r.len),
@@ -244,10 +286,16 @@ impl Layout {
         }
     }
 
-    /// Length of a resolved buffer.
+    /// Length of a resolved buffer. A peer's buffers are taken to be as
+    /// long as this rank's (they are where schedules reach them: every
+    /// rank's buffers of the calls they run on have one shape), and it has
+    /// no send buffer of its own in place.
     pub fn capacity(&self, buf: Buf, scratch: usize) -> usize {
         match (self.in_place, buf) {
             (_, Buf::Scratch) => scratch,
+            (Some(_), Buf::PeerInput(_)) => 0,
+            (None, Buf::PeerInput(_)) => self.input,
+            (_, Buf::PeerOutput(_)) => self.capacity(Buf::Output, scratch),
             (Some(ip), _) => ip.len,
             (None, Buf::Input) => self.input,
             (None, Buf::Output) => self.output,

@@ -49,6 +49,7 @@ pub(crate) fn all_agree(group: &Group, fp: Fingerprint) -> Result<()> {
         in_place: false,
         timeout: None,
         device: None,
+        shared: None,
     };
     // SAFETY: both buffers are this frame's, sized for the call (4 words
     // in, 4 per rank out), and outlive it: run_numbered returns when the

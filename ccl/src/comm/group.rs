@@ -200,11 +200,12 @@ impl Group {
         self.with_state(|State { engine: eng, plans, kept: keep }| {
             eng.check_usable()?;
             let (around, timed) = plans.stores.pick(call.bytes(), seq);
-            // a device call's slots are written by the GPU: nothing to learn
             let on_host = call.device.is_none();
-            let timed = timed && on_host;
             let mut kept = keep.take().and_then(|k| k.downcast::<CallOp<T, O>>().ok());
             let Prepared { plan, finish_ranks, timeout } = plans.prepare::<T, O>(&on, &call, seq, around)?;
+            // a device call's slots are written by the GPU, and one that
+            // reaches the peers' buffers uses none: nothing to learn
+            let timed = timed && on_host && plan.peers.is_none();
             // (the exchange of a call under CCL_CHECK=full, numbered as
             // the call, is not one to compare)
             if !call.coll.p2p() && T::NAME != crate::plan::fingerprint::CHECK_WORD {
@@ -244,7 +245,17 @@ impl Group {
 
     pub(super) fn barrier_call(timeout: Option<std::time::Duration>) -> Call<u8> {
         let p = std::ptr::NonNull::<u8>::dangling().as_ptr();
-        Call { coll: Coll::Barrier, count: 0, root: 0, input: p, output: p, in_place: false, timeout, device: None }
+        Call {
+            coll: Coll::Barrier,
+            count: 0,
+            root: 0,
+            input: p,
+            output: p,
+            in_place: false,
+            timeout,
+            device: None,
+            shared: None,
+        }
     }
 
     /// The addresses of a call's buffers and, for device buffers, the

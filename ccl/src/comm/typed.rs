@@ -10,11 +10,11 @@
 use super::buffer::{Buffer, BufferMut, Place};
 use super::group::Group;
 use super::request::Request;
-use super::shared::{self, Direct, SharedBuffer, Window};
+use super::shared::{self, SharedBuffer, Window};
 use crate::algo::Coll;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{NoOp, ReduceOp};
-use crate::plan::Call;
+use crate::plan::{Call, OnShared};
 use crate::Reduce;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
@@ -78,17 +78,18 @@ impl<T: Reduce> Communicator<T> {
 
     /// Numbers the call, checks it, runs it; errors carry rank, call and
     /// number. `input`/`output` are the buffers (`None`: absent or ignored
-    /// on this rank); in place, `input` is `None` and `output` is the buffer.
+    /// on this rank); in place, `input` is `None` and `output` is the
+    /// buffer. `shared`: every rank's buffers, where they are shared.
     #[allow(clippy::too_many_arguments)]
     fn blocking<O: ReduceOp<T>>(
         &self,
         coll: Coll,
         check: impl FnOnce() -> Result<()>,
-        count: usize,
-        root: usize,
+        (count, root): (usize, usize),
         input: Option<Place>,
         output: Option<Place>,
         in_place: bool,
+        shared: Option<OnShared>,
     ) -> Result<()> {
         let seq = self.group.next_seq(coll);
         let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
@@ -103,6 +104,7 @@ impl<T: Reduce> Communicator<T> {
             in_place,
             timeout: self.timeout,
             device,
+            shared,
         };
         self.group.agree::<T, O>(&call, seq).map_err(ctx)?;
         // SAFETY: every caller passes places of buffers it borrows for the
@@ -143,20 +145,21 @@ impl<T: Reduce> Communicator<T> {
     }
 
     fn call(&self, coll: Coll, count: usize, root: usize, input: *const T, output: *mut T, in_place: bool) -> Call<T> {
-        Call { coll, count, root, input, output, in_place, timeout: self.timeout, device: None }
+        Call { coll, count, root, input, output, in_place, timeout: self.timeout, device: None, shared: None }
     }
 
     /// Allocates `len` zeroed elements in memory that every rank of this
     /// communicator maps, when they all share one host (a collective call:
     /// every rank calls it, in the same order, with the same `len`). Calls
     /// whose buffers all come from such allocations (on every rank, each its
-    /// own buffer of the same allocation) then read and write the peers'
-    /// buffers directly instead of passing the data through slots:
+    /// own buffer of the same allocation) may then read and write the
+    /// peers' buffers directly instead of passing the data through slots:
     /// `all_reduce` and `reduce_scatter` (in place or between two shared
-    /// buffers), `all_gather` (likewise) and `broadcast` (in place). Other
-    /// calls, calls under 16 KiB, calls with `CCL_ALGO` set, and
-    /// communicators spanning hosts (or `CCL_SHM_DISABLE=1`) use the buffer
-    /// as ordinary memory.
+    /// buffers), `all_gather` (likewise) and `broadcast` (in place). The
+    /// tuner chooses that (algorithm `direct`) as it chooses any other, by
+    /// the time it predicts; `CCL_ALGO` forces it or another. Other calls,
+    /// and communicators spanning hosts (or `CCL_SHM_DISABLE=1`), use the
+    /// buffer as ordinary memory.
     ///
     /// ```
     /// use ccl::{testing::run_local, Sum};
@@ -176,38 +179,14 @@ impl<T: Reduce> Communicator<T> {
         shared::alloc::<T>(&self.group, len)
     }
 
-    /// Runs `coll` directly on the shared buffers `input` (in place: `None`)
-    /// and `output` when `fits` (the caller found the sizes and the root
-    /// right) and the call can go directly; `None` when it should go through
-    /// the connections instead.
-    fn direct<O: ReduceOp<T>>(
-        &self,
-        (coll, root, count, fits): (Coll, usize, usize, bool),
-        input: Option<&Window>,
-        output: Option<&Window>,
-    ) -> Option<Result<()>> {
-        let g = &self.group;
-        let d = Direct { coll, root, count, input, output: output? };
-        let worth = fits
-            && g.size() > 1
-            && g.config().algo.is_none()
-            && d.bytes(g.size(), std::mem::size_of::<T>()) >= shared::DIRECT_MIN_BYTES;
-        if !worth || !d.output.direct_for(g, d.input) {
-            return None;
-        }
-        let seq = g.next_seq(coll);
-        let r = shared::run::<T, O>(g, seq, self.timeout, &d);
-        Some(r.map_err(|e| e.in_call(coll.name(), seq).at_rank(self.rank())))
-    }
-
-    /// [`direct`](Self::direct) between two buffers: both must be shared.
-    fn direct_into<O: ReduceOp<T>>(
-        &self,
-        call: (Coll, usize, usize, bool),
-        input: Option<&Window>,
-        output: Option<&Window>,
-    ) -> Option<Result<()>> {
-        self.direct::<O>(call, Some(input?), output)
+    /// Every rank's buffers of a call on `output` and `input` (none in
+    /// place) where both are shared buffers of this communicator.
+    fn shared(&self, input: Option<Option<&Window>>, output: Option<&Window>) -> Option<OnShared> {
+        let input = match input {
+            Some(w) => Some(w?),
+            None => None,
+        };
+        output?.on(&self.group, input)
     }
 
     /// Reduces `buf` over all ranks, in place: afterwards every rank holds
@@ -228,10 +207,15 @@ impl<T: Reduce> Communicator<T> {
     /// ```
     pub fn all_reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let n = buf.elems();
-        if let Some(r) = self.direct::<O>((Coll::AllReduce, 0, n, true), None, buf.window()) {
-            return r;
-        }
-        self.blocking::<O>(Coll::AllReduce, || Ok(()), n, 0, None, Some(buf.place_mut()), true)
+        self.blocking::<O>(
+            Coll::AllReduce,
+            || Ok(()),
+            (n, 0),
+            None,
+            Some(buf.place_mut()),
+            true,
+            self.shared(None, buf.window()),
+        )
     }
 
     /// All-reduce from `send` into `recv` (same length).
@@ -242,11 +226,16 @@ impl<T: Reduce> Communicator<T> {
         O: ReduceOp<T>,
     {
         let (n, rl) = (send.elems(), recv.elems());
-        if let Some(r) = self.direct_into::<O>((Coll::AllReduce, 0, n, n == rl), send.window(), recv.window()) {
-            return r;
-        }
         let check = || exact("recv buffer", n, rl);
-        self.blocking::<O>(Coll::AllReduce, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
+        self.blocking::<O>(
+            Coll::AllReduce,
+            check,
+            (n, 0),
+            Some(send.place()),
+            Some(recv.place_mut()),
+            false,
+            self.shared(Some(send.window()), recv.window()),
+        )
     }
 
     /// Reduces `buf` over all ranks into `root`'s `buf`; other ranks' `buf`
@@ -268,7 +257,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O, root: usize) -> Result<()> {
         let n = buf.elems();
         let check = || self.group.check_root("root", root);
-        self.blocking::<O>(Coll::Reduce, check, n, root, None, Some(buf.place_mut()), true)
+        self.blocking::<O>(Coll::Reduce, check, (n, root), None, Some(buf.place_mut()), true, None)
     }
 
     /// Reduce from `send` into `root`'s `recv` (same length there; ignored,
@@ -289,7 +278,7 @@ impl<T: Reduce> Communicator<T> {
             Ok(())
         };
         let out = (me == root || rl > 0).then(|| recv.place_mut());
-        self.blocking::<O>(Coll::Reduce, check, n, root, Some(send.place()), out, false)
+        self.blocking::<O>(Coll::Reduce, check, (n, root), Some(send.place()), out, false, None)
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
@@ -306,11 +295,16 @@ impl<T: Reduce> Communicator<T> {
     /// ```
     pub fn broadcast<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, root: usize) -> Result<()> {
         let n = buf.elems();
-        if let Some(r) = self.direct::<NoOp>((Coll::Broadcast, root, n, root < self.size()), None, buf.window()) {
-            return r;
-        }
         let check = || self.group.check_root("root", root);
-        self.blocking::<NoOp>(Coll::Broadcast, check, n, root, None, Some(buf.place_mut()), true)
+        self.blocking::<NoOp>(
+            Coll::Broadcast,
+            check,
+            (n, root),
+            None,
+            Some(buf.place_mut()),
+            true,
+            self.shared(None, buf.window()),
+        )
     }
 
     /// Copies `root`'s `send` into every rank's `recv` (`send` is ignored,
@@ -330,7 +324,7 @@ impl<T: Reduce> Communicator<T> {
             Ok(())
         };
         let input = (me == root || sl > 0).then(|| send.place());
-        self.blocking::<NoOp>(Coll::Broadcast, check, n, root, input, Some(recv.place_mut()), false)
+        self.blocking::<NoOp>(Coll::Broadcast, check, (n, root), input, Some(recv.place_mut()), false, None)
     }
 
     /// Gathers every rank's `send` into `recv` (`size × send.len()`), in rank order.
@@ -349,23 +343,32 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_gather<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
         let (n, rl) = (send.elems(), recv.elems());
         let want = n.saturating_mul(self.size());
-        let call = (Coll::AllGather, 0, n, rl == want);
-        if let Some(r) = self.direct_into::<NoOp>(call, send.window(), recv.window()) {
-            return r;
-        }
         let check = || exact("recv buffer", want, rl);
-        self.blocking::<NoOp>(Coll::AllGather, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
+        self.blocking::<NoOp>(
+            Coll::AllGather,
+            check,
+            (n, 0),
+            Some(send.place()),
+            Some(recv.place_mut()),
+            false,
+            self.shared(Some(send.window()), recv.window()),
+        )
     }
 
     /// All-gather in place: `buf` holds `size` blocks; this rank's block
     /// (at `rank × len/size`) is its contribution.
     pub fn all_gather_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
-        if let Some(r) = self.direct::<NoOp>((Coll::AllGather, 0, len / s, len % s == 0), None, buf.window()) {
-            return r;
-        }
         let check = || divisible(len, s);
-        self.blocking::<NoOp>(Coll::AllGather, check, len / s, 0, None, Some(buf.place_mut()), true)
+        self.blocking::<NoOp>(
+            Coll::AllGather,
+            check,
+            (len / s, 0),
+            None,
+            Some(buf.place_mut()),
+            true,
+            self.shared(None, buf.window()),
+        )
     }
 
     /// Reduces `send` (`size × recv.len()`) over all ranks; rank `r` gets
@@ -392,12 +395,16 @@ impl<T: Reduce> Communicator<T> {
     {
         let (n, sl) = (recv.elems(), send.elems());
         let want = n.saturating_mul(self.size());
-        let call = (Coll::ReduceScatter, 0, n, sl == want);
-        if let Some(r) = self.direct_into::<O>(call, send.window(), recv.window()) {
-            return r;
-        }
         let check = || exact("send buffer", want, sl);
-        self.blocking::<O>(Coll::ReduceScatter, check, n, 0, Some(send.place()), Some(recv.place_mut()), false)
+        self.blocking::<O>(
+            Coll::ReduceScatter,
+            check,
+            (n, 0),
+            Some(send.place()),
+            Some(recv.place_mut()),
+            false,
+            self.shared(Some(send.window()), recv.window()),
+        )
     }
 
     /// Reduce-scatter in place: `buf` holds `size` blocks; afterwards this
@@ -405,11 +412,16 @@ impl<T: Reduce> Communicator<T> {
     /// Other blocks are left as they were.
     pub fn reduce_scatter_in_place<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
-        if let Some(r) = self.direct::<O>((Coll::ReduceScatter, 0, len / s, len % s == 0), None, buf.window()) {
-            return r;
-        }
         let check = || divisible(len, s);
-        self.blocking::<O>(Coll::ReduceScatter, check, len / s, 0, None, Some(buf.place_mut()), true)
+        self.blocking::<O>(
+            Coll::ReduceScatter,
+            check,
+            (len / s, 0),
+            None,
+            Some(buf.place_mut()),
+            true,
+            self.shared(None, buf.window()),
+        )
     }
 
     /// Sends block `d` of `send` to rank `d` and receives rank `s`'s block
@@ -430,14 +442,22 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_to_all<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
         let (len, rl, s) = (send.elems(), recv.elems(), self.size());
         let check = || exact("recv buffer", len, rl).and_then(|()| divisible(len, s));
-        self.blocking::<NoOp>(Coll::AllToAll, check, len / s, 0, Some(send.place()), Some(recv.place_mut()), false)
+        self.blocking::<NoOp>(
+            Coll::AllToAll,
+            check,
+            (len / s, 0),
+            Some(send.place()),
+            Some(recv.place_mut()),
+            false,
+            None,
+        )
     }
 
     /// All-to-all in place on `buf` (`size × count`).
     pub fn all_to_all_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
         let check = || divisible(len, s);
-        self.blocking::<NoOp>(Coll::AllToAll, check, len / s, 0, None, Some(buf.place_mut()), true)
+        self.blocking::<NoOp>(Coll::AllToAll, check, (len / s, 0), None, Some(buf.place_mut()), true, None)
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
@@ -468,13 +488,13 @@ impl<T: Reduce> Communicator<T> {
     /// ```
     pub fn send<B: Buffer<T> + ?Sized>(&self, buf: &B, peer: usize) -> Result<()> {
         let check = || self.check_peer(peer);
-        self.blocking::<NoOp>(Coll::Send, check, buf.elems(), peer, Some(buf.place()), None, false)
+        self.blocking::<NoOp>(Coll::Send, check, (buf.elems(), peer), Some(buf.place()), None, false, None)
     }
 
     /// Receives `buf.len()` elements from `peer`.
     pub fn recv<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, peer: usize) -> Result<()> {
         let check = || self.check_peer(peer);
-        self.blocking::<NoOp>(Coll::Recv, check, buf.elems(), peer, None, Some(buf.place_mut()), false)
+        self.blocking::<NoOp>(Coll::Recv, check, (buf.elems(), peer), None, Some(buf.place_mut()), false, None)
     }
 
     /// Blocks until every rank has entered the barrier (within this

@@ -467,8 +467,7 @@ impl Engine {
             // out of reach is for the liveness check below
             let _ = self.conns.tell_calls(p);
             if let Some((ours, theirs)) = self.conns.disagreement(p) {
-                let (ours, theirs) = (Fingerprint::describe(&ours), Fingerprint::describe(&theirs));
-                return Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(p));
+                return Err(Error::new(Fingerprint::mismatch(&ours, &theirs)).with_peer(p));
             }
         }
         self.conns.check_alive(&peers)

@@ -7,19 +7,21 @@ use crate::op::ReduceOp;
 use crate::Reduce;
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
-    /// One step on host memory; whether it was a local one, and, where the
-    /// outgoing connection `lends` and the step sends memory of the call
-    /// as it is, that region, to be sent from there instead of a slot.
+    /// One step on host memory (with `next`, the step after it, where the
+    /// two fuse: [`Step::fuses_with`]); how many local steps it took (0
+    /// for a slot of a step with messages), and, where the outgoing
+    /// connection `lends` and the step sends memory of the call as it is,
+    /// that region, to be sent from there instead of a slot.
     #[inline]
     pub(super) fn host_step(
         &self,
-        st: Step,
+        (st, next): (Step, Option<Step>),
         at: impl Fn(Region) -> Region,
         incoming: Option<*const T>,
         outgoing: Option<*mut T>,
         n: usize,
         lends: bool,
-    ) -> (bool, Option<Region>) {
+    ) -> (usize, Option<Region>) {
         // a message read straight into the memory it is copied to (given
         // as its place, `Exec::give_places`) is already there
         let landed = match (crate::algo::lend::landing(&st), incoming) {
@@ -50,10 +52,10 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let mem_mut = |r: Region| unsafe { std::slice::from_raw_parts_mut(self.ptr(r), r.len) };
         // writes into a large output, and into slots when so asked, go
         // around the cache
-        let around = |d: Region| self.around_cache && d.buf == Buf::Output;
+        let around = |d: Region| self.around_cache && matches!(d.buf, Buf::Output | Buf::PeerOutput(_));
         let put = |d: Region, src: &[T]| store(around(d), mem_mut(d), src);
         let to_slot = self.slots_around;
-        let mut local = false;
+        let mut local = 0;
         let mut lent = None;
         match st {
             Step::Send { src, .. } if lends => lent = Some(at(src)),
@@ -108,16 +110,25 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
             Step::Copy { src, dst } => {
                 let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
-                if s != d {
-                    put(d, mem(s));
+                match next {
+                    Some(Step::Reduce { src: b, .. }) if st.fuses_with(next.as_ref()) => {
+                        reduce3::<T, O>(around(d), mem_mut(d), mem(s), mem(self.layout.resolve(b)));
+                        local = 2;
+                    }
+                    _ if s != d => {
+                        put(d, mem(s));
+                        local = 1;
+                    }
+                    _ => local = 1,
                 }
-                local = true;
             }
             Step::Reduce { src, dst } => {
                 let (s, d) = (self.layout.resolve(src), self.layout.resolve(dst));
                 O::reduce_into(mem_mut(d), mem(s));
-                local = true;
+                local = 1;
             }
+            // the message is the notice: nothing to move
+            Step::Notify { .. } | Step::Wait { .. } => {}
         }
         (local, lent)
     }

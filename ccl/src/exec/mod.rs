@@ -19,7 +19,6 @@ mod wiring;
 
 pub use conns::Conns;
 pub use device::DevCall;
-pub(crate) use host::store;
 use wiring::Wiring;
 
 use crate::algo::lend::{Lending, SendMode};
@@ -52,6 +51,8 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     spread: bool,
     /// Boxed: host calls, the common case, move a smaller `Exec`.
     gpu: Option<Box<OnGpu>>,
+    /// Every rank's buffers, for a schedule that reaches them ([`Peers`]).
+    peers: Option<Peers>,
     /// Sending connections that may still read this call's buffers (memory
     /// sent from where it is, [`Lending::send`]): the call is not done,
     /// and its buffers stay the caller's, until they have sent it; and the
@@ -61,6 +62,18 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     /// given places in the call's memory ([`give_places`](Self::give_places)).
     placed: SmallVec<[usize; 4]>,
     _op: PhantomData<O>,
+}
+
+/// Where every rank's buffers of a call on shared memory are mapped in
+/// this process (addresses by rank, this rank's own included): what the
+/// schedule's peer regions ([`Buf::PeerInput`], [`Buf::PeerOutput`]) are
+/// in. In place, there is no input.
+#[derive(Clone, Debug)]
+pub struct Peers {
+    /// Each rank's send buffer.
+    pub input: Option<Arc<[usize]>>,
+    /// Each rank's receive buffer.
+    pub output: Arc<[usize]>,
 }
 
 /// A device call's GPU and its device scratch.
@@ -87,6 +100,8 @@ pub struct Checked {
     /// How its steps share the call's memory with sockets
     /// ([`lend::plan`](crate::algo::lend::plan)).
     lending: Lending,
+    /// Whether the schedule reaches peers' buffers ([`Peers`]).
+    peers: bool,
     wiring: OnceLock<Arc<Wiring>>,
 }
 
@@ -94,9 +109,9 @@ impl Checked {
     /// Checks `sched` against `layout`, and marks how its steps may share
     /// the call's memory with sockets.
     pub fn new(sched: Schedule, layout: Layout) -> Result<Self> {
-        validate(&sched, &layout)?;
+        let peers = validate(&sched, &layout)?;
         let lending = crate::algo::lend::plan(&sched, &layout);
-        Ok(Checked { sched: Arc::new(sched), layout, lending, wiring: OnceLock::new() })
+        Ok(Checked { sched: Arc::new(sched), layout, lending, peers, wiring: OnceLock::new() })
     }
 
     /// The schedule's connections (made now by the plan's first call).
@@ -132,6 +147,8 @@ pub struct Plan<'a> {
     /// Whether every slot a step fills is written around the cache (as
     /// `CCL_SLOT_STORES` and the group's measurements say); host steps only.
     pub slots_around: bool,
+    /// Every rank's buffers, where the schedule reaches them (shared memory).
+    pub peers: Option<Peers>,
     /// Whether a message of at most half a slot takes a new place in its
     /// slot each time the ring comes back to it ([`FifoSend::reserve`]):
     /// where every rank has a core of its own, so that the lines written
@@ -153,8 +170,12 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
     /// else may access the output memory meanwhile.
     pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around, spread } = plan;
+        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around, spread, peers } =
+            plan;
         let layout = checked.layout;
+        if checked.peers && peers.is_none() || peers.is_some() && device.is_some() {
+            return Err(Error::internal("a schedule over peers' buffers without them, or on a GPU"));
+        }
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
             return Err(Error::new(ErrorKind::Unsupported(format!(
@@ -193,6 +214,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             slots_around,
             spread,
             gpu,
+            peers,
             lent: SmallVec::new(),
             placed,
             _op: PhantomData,
@@ -234,6 +256,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         if !same_wiring || plan.slot_elems != self.slot_elems || plan.device.is_some() || self.gpu.is_some() {
             return false;
         }
+        self.peers.clone_from(&plan.peers);
         self.input = Self::input_of(&self.layout, input, output);
         self.output = output;
         self.fp = plan.fp.words();
@@ -338,10 +361,13 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 
     fn ptr(&self, r: Region) -> *mut T {
+        let peer = |of: Option<&Arc<[usize]>>, q: usize| of.map_or(0, |v| v[q]) as *mut T;
         let base = match r.buf {
             Buf::Input => self.input as *mut T,
             Buf::Output => self.output,
             Buf::Scratch => self.scratch.as_ptr() as *mut T,
+            Buf::PeerInput(q) => peer(self.peers.as_ref().and_then(|p| p.input.as_ref()), q),
+            Buf::PeerOutput(q) => peer(self.peers.as_ref().map(|p| &p.output), q),
         };
         // SAFETY: `r` is a resolved, validated region, so `r.off` is within
         // (or one past) the buffer `base` points to.
@@ -354,6 +380,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             Buf::Input => self.input as u64,
             Buf::Output => self.output as u64,
             Buf::Scratch => self.gpu.as_ref().and_then(|g| g.scratch.as_ref()).map_or(0, |m| m.ptr),
+            // (refused in `new`)
+            Buf::PeerInput(_) | Buf::PeerOutput(_) => 0,
         };
         base + (r.off * std::mem::size_of::<T>()) as u64
     }
@@ -389,9 +417,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     let peer = st.recv_peer().unwrap_or(0);
                     if fp != self.fp {
                         let (ours, theirs) = conns.explain(peer, &self.fp, &fp);
-                        let ours = fingerprint::Fingerprint::describe(&ours);
-                        let theirs = fingerprint::Fingerprint::describe(&theirs);
-                        return Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(peer));
+                        return Err(Error::new(fingerprint::Fingerprint::mismatch(&ours, &theirs)).with_peer(peer));
                     }
                     if bytes != n * size {
                         let e = Error::new(ErrorKind::MessageSize { expected: n * size, got: bytes });
@@ -415,8 +441,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             None => None,
         };
         let mut lend = None;
+        // local steps taken (0: a slot of a step with messages)
         let local = if self.gpu.is_some() {
-            let local = matches!(st, Step::Copy { .. } | Step::Reduce { .. });
+            let local = usize::from(st.is_local());
             // a local step covers its whole region at once, a slot step one slot of it
             let (src, dst, elems) = match st {
                 Step::Copy { src, dst } | Step::Reduce { src, dst } => {
@@ -447,9 +474,10 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     self.take_back(w, conns);
                 }
             }
-            let (local, lent) = self.host_step(st, at, incoming, outgoing, n, lends);
+            let next = st.is_local().then(|| self.wiring.sched.channels[c].get(i + 1).copied()).flatten();
+            let (steps, lent) = self.host_step((st, next), at, incoming, outgoing, n, lends);
             lend = lent;
-            local
+            steps
         };
         match (si, lend) {
             (Some(si), Some(r)) => {
@@ -475,7 +503,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             conns.recv_at(ri).release();
         }
         let slots = len.div_ceil(se).max(1);
-        self.pcs[c] = if local || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
+        self.pcs[c] = if local > 0 { (i + local, 0) } else if u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
         Ok(true)
     }
 }
@@ -523,12 +551,20 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 }
 
-/// Every region inside its buffer; fused operands identical or disjoint.
-fn validate(s: &Schedule, l: &Layout) -> Result<()> {
+/// Every region inside its buffer; fused operands identical or disjoint;
+/// whether the schedule reaches peers' buffers (then every rank's buffers
+/// only as peers', its own included, and no message but notices: a
+/// connection could lend nothing else).
+fn validate(s: &Schedule, l: &Layout) -> Result<bool> {
+    let peers = s.channels.iter().flatten().flat_map(|st| st.reads().into_iter().chain(st.writes())).any(|g| g.buf.is_peer());
     for ch in &s.channels {
         for st in ch {
             let mut regs = st.reads();
             regs.extend(st.writes());
+            let own = |g: &Region| matches!(g.buf, Buf::Input | Buf::Output);
+            if peers && (regs.iter().any(own) || !(st.is_local() || matches!(st, Step::Notify { .. } | Step::Wait { .. }))) {
+                return Err(Error::internal(format!("{st:?}: in a schedule over peers' buffers")));
+            }
             for g in regs {
                 let g = l.resolve(g);
                 if g.end() > l.capacity(g.buf, s.scratch) {
@@ -552,7 +588,7 @@ fn validate(s: &Schedule, l: &Layout) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(peers)
 }
 
 #[cfg(test)]
@@ -608,6 +644,7 @@ mod tests {
             around_cache_from: 0,
             slots_around: false,
             spread: false,
+            peers: None,
         };
         let (input, mut output) = (vec![1.0f32; count], vec![0.0f32; count]);
         // SAFETY: both buffers outlive the call, which is dropped (its lent

@@ -10,8 +10,8 @@ use crate::Reduce;
 use std::fmt;
 use std::marker::PhantomData;
 
-/// The words a slot carries: call kind, element size and root; count;
-/// type and operator name hashes; sequence number.
+/// The words a slot carries: call kind, element size and root; count and
+/// shared buffers; type and operator name hashes; sequence number.
 pub type Words = [u64; 4];
 
 /// What a call is, as its peers must agree on it.
@@ -25,8 +25,11 @@ pub struct Fingerprint {
     pub type_hash: u32,
     /// Hash of the operator's name (0 for calls that do not reduce).
     pub op_hash: u32,
-    /// Element count.
+    /// Element count (the low [`COUNT_BITS`] bits of it).
     pub count: u64,
+    /// For a call that reads and writes the peers' shared buffers, a tag of
+    /// their allocations (0: it does not).
+    pub shared: u32,
     /// Root (0 for calls without one, and for point-to-point).
     pub root: u32,
     /// Sequence number on the communicator (0 for point-to-point, whose
@@ -84,6 +87,10 @@ impl<T: Reduce, O: ReduceOp<T>> NameHashes<T, O> {
 
 const P2P: u8 = 0xff;
 
+/// Bits of the count a fingerprint carries (more elements than that do not
+/// fit any machine's memory); the shared buffers' tag takes the rest.
+pub const COUNT_BITS: u32 = 40;
+
 fn coll_code(c: Coll) -> u8 {
     match c {
         Coll::Send | Coll::Recv => P2P,
@@ -109,20 +116,53 @@ impl Fingerprint {
             elem_size: elem_size as u32,
             type_hash,
             op_hash,
-            count: count as u64,
+            count: count as u64 & ((1 << COUNT_BITS) - 1),
+            shared: 0,
             root: if p2p || !coll.rooted() { 0 } else { root as u32 },
             seq: if p2p { 0 } else { seq },
         }
+    }
+
+    /// This call on shared buffers of allocations `numbers` (the input's,
+    /// none in place, and the output's): ranks that pass buffers of other
+    /// allocations, or private memory, disagree with it.
+    pub fn on_shared(self, numbers: (Option<u64>, u64)) -> Self {
+        let mut h = FNV_BASIS;
+        for w in [numbers.0.map_or(0, |n| n + 1), numbers.1] {
+            for b in w.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        let bits = 64 - COUNT_BITS;
+        Fingerprint { shared: 1 + (fold(h) % ((1 << bits) - 1)), ..self }
     }
 
     /// The words to put in a slot.
     pub fn words(&self) -> Words {
         [
             u64::from(coll_code(self.coll)) | u64::from(self.elem_size) << 8 | u64::from(self.root) << 32,
-            self.count,
+            self.count | u64::from(self.shared) << COUNT_BITS,
             u64::from(self.type_hash) | u64::from(self.op_hash) << 32,
             self.seq,
         ]
+    }
+
+    /// The error between calls `ours` and `theirs`, described.
+    pub fn mismatch(ours: &Words, theirs: &Words) -> crate::error::ErrorKind {
+        let theirs_told = Self::describe(theirs) + Self::hint(ours, theirs);
+        crate::error::ErrorKind::Mismatch { ours: Self::describe(ours), theirs: theirs_told }
+    }
+
+    /// What to add to an error between calls `ours` and `theirs` that
+    /// differ only in their shared buffers: how to mend it.
+    fn hint(ours: &Words, theirs: &Words) -> &'static str {
+        let count = (1 << COUNT_BITS) - 1;
+        let same_but_memory = ours[0] == theirs[0] && ours[2..] == theirs[2..] && ours[1] & count == theirs[1] & count;
+        if same_but_memory && ours[1] != theirs[1] {
+            " (every rank must pass its own buffer of the same alloc_shared allocation)"
+        } else {
+            ""
+        }
     }
 
     /// Describes the call that sent `w`, naming its type and operator when
@@ -147,7 +187,12 @@ impl Fingerprint {
         };
         let rooted = code != P2P && Coll::ALL.get(code as usize).is_some_and(|c| c.rooted());
         let root = if rooted { format!(", root {root}") } else { String::new() };
-        format!("{coll}({} × {ty} of {size} B{op}{root}) #{}", w[1], w[3])
+        let count = w[1] & ((1 << COUNT_BITS) - 1);
+        let shared = match w[1] >> COUNT_BITS {
+            0 => String::new(),
+            tag => format!(" on shared buffers @{tag:06x}"),
+        };
+        format!("{coll}({count} × {ty} of {size} B{op}{root}){shared} #{}", w[3])
     }
 }
 
@@ -157,7 +202,7 @@ impl fmt::Display for Fingerprint {
     }
 }
 
-const KNOWN_TYPES: [&str; 16] = [
+const KNOWN_TYPES: [&str; 15] = [
     "i8",
     "i16",
     "i32",
@@ -172,13 +217,8 @@ const KNOWN_TYPES: [&str; 16] = [
     "f64",
     "f16",
     "bf16",
-    SHARED_FRAME,
     CHECK_WORD,
 ];
-
-/// The element type of the calls that frame an all-reduce on shared
-/// buffers (`comm::shared`).
-pub(crate) const SHARED_FRAME: &str = "shared-buffer frame";
 
 /// The element type of the exchange of calls under `CCL_CHECK=full`.
 pub(crate) const CHECK_WORD: &str = "call check word";
@@ -202,6 +242,21 @@ mod tests {
         assert_eq!(s.to_string(), "send/recv(7 × u16 of 2 B) #0");
         let user = Fingerprint::new(Coll::AllReduce, 24, name_hash("app::Moments"), name_hash("sum"), 1, 0, 0);
         assert!(user.to_string().contains("type#"));
+    }
+
+    #[test]
+    fn shared_buffers_of_other_allocations_differ() {
+        let a = Fingerprint::new(Coll::AllReduce, 4, name_hash("f32"), name_hash("sum"), 1 << 20, 0, 3);
+        let tags: Vec<Words> = [(None, 0), (None, 1), (Some(0), 1), (Some(1), 0), (Some(0), 0)]
+            .into_iter()
+            .map(|n| a.on_shared(n).words())
+            .collect();
+        for (i, x) in tags.iter().enumerate() {
+            assert_ne!(*x, a.words());
+            assert!(tags[i + 1..].iter().all(|y| y != x), "{i}");
+        }
+        let s = a.on_shared((None, 7)).to_string();
+        assert!(s.starts_with("all_reduce(1048576 × f32 of 4 B, sum) on shared buffers @") && s.ends_with(" #3"), "{s}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub(crate) use stores::SlotChooser;
 use crate::algo::{self, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::exec::{Checked, DevCall, Plan};
+use crate::exec::{Checked, DevCall, Peers, Plan};
 use crate::gpu::{Kernels, Stream};
 use crate::op::ReduceOp;
 use crate::topo::Hosts;
@@ -45,6 +45,21 @@ pub(crate) struct Call<T> {
     pub timeout: Option<std::time::Duration>,
     /// The stream of a call on device buffers (whose pointers are then device addresses).
     pub device: Option<Stream>,
+    /// Where every rank's buffers are, when all of them are shared
+    /// (`alloc_shared`) and mapped here.
+    pub shared: Option<OnShared>,
+}
+
+/// The buffers of a call on shared memory: every rank's, as mapped here,
+/// and the numbers of their allocations (equal on every rank that passes
+/// buffers of the same ones).
+#[derive(Clone, Debug)]
+pub(crate) struct OnShared {
+    pub peers: Peers,
+    /// The input's allocation (none in place) and the output's.
+    pub numbers: (Option<u64>, u64),
+    /// Counts the output's calls that reach the peers' buffers.
+    pub calls: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<T> Call<T> {
@@ -62,6 +77,11 @@ impl<T> Call<T> {
         // a device call must not meet a host call: their types differ in the fingerprint
         let type_hash = if self.device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
         Fingerprint::new(self.coll, std::mem::size_of::<T>(), type_hash, op_hash, self.count, self.root, seq)
+    }
+
+    /// Where the call can run on shared buffers: `Some(in place)`.
+    fn on_shared(&self) -> Option<bool> {
+        self.shared.as_ref().and_then(|_| self.coll.on_shared(self.in_place).then_some(self.in_place))
     }
 }
 
@@ -87,8 +107,8 @@ pub(crate) struct Prepared<'p> {
 type PlanKey = (Coll, algo::Algo, usize, usize, usize, usize, bool);
 
 /// What a call's choice and plan follow from on its group: collective,
-/// count, root, in place, element size.
-type CallKey = (Coll, usize, usize, bool, usize);
+/// count, root, in place, element size, on shared buffers.
+type CallKey = (Coll, usize, usize, bool, usize, bool);
 
 /// A group's plans: those made so far, the last call's choice and plan,
 /// and how its large calls write their slots.
@@ -116,11 +136,13 @@ impl Planner {
     /// The tuner's choice for `call` and its checked schedule: the last
     /// call's if this one is the same, else from the cache or made.
     fn plan_of<T: Reduce>(&mut self, on: &On<'_>, call: &Call<T>) -> Result<(tune::Choice, &Checked)> {
-        let quick: CallKey = (call.coll, call.count, call.root, call.in_place, std::mem::size_of::<T>());
+        let shared = call.on_shared();
+        let size = std::mem::size_of::<T>();
+        let quick: CallKey = (call.coll, call.count, call.root, call.in_place, size, shared.is_some());
         let generation = on.tuner.generation();
         let repeated = matches!(&self.last, Some((k, g, _, _)) if *k == quick && *g == generation);
         if !repeated {
-            let choice = on.tuner.choose(call.coll, call.count, std::mem::size_of::<T>(), on.hosts, on.config);
+            let choice = on.tuner.choose(call.coll, call.count, size, on.hosts, on.config, shared);
             // the key determines the layout too (size and rank are the group's)
             let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
             let checked = match self.map.get(&key) {
@@ -170,7 +192,25 @@ impl Planner {
         let spread = own_cores;
         let base = if call.coll.p2p() { P2P_CHANNEL } else { 0 };
         let finish_ranks = call.coll.reduces().then_some(on.size);
-        let fp = call.fingerprint::<O>(seq);
+        let mut fp = call.fingerprint::<O>(seq);
+        // a schedule that reaches the peers' buffers: those of one allocation on every rank
+        let peers = match &call.shared {
+            Some(s) if choice.algo == algo::Algo::Direct && call.on_shared().is_some() => {
+                fp = fp.on_shared(s.numbers);
+                let first = s.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+                if first && on.config.debug >= crate::config::LogLevel::Info {
+                    eprintln!(
+                        "ccl: rank {}: {} #{seq} of {} bytes and later ones on these buffers: directly through \
+                         shared memory",
+                        on.rank,
+                        call.coll.name(),
+                        call.bytes()
+                    );
+                }
+                Some(s.peers.clone())
+            }
+            _ => None,
+        };
         let device = match &call.device {
             Some(s) => {
                 Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }))
@@ -186,6 +226,7 @@ impl Planner {
             around_cache_from: on.config.nt_stores_min(),
             slots_around,
             spread,
+            peers,
         };
         Ok(Prepared { plan, finish_ranks, timeout: call.timeout.unwrap_or(on.config.timeout) })
     }

@@ -3,7 +3,7 @@
 
 use super::{Call, Model};
 use crate::algo::part::npieces;
-use crate::algo::schedule::{Layout, Region, Step};
+use crate::algo::schedule::{Buf, Layout, Region, Step};
 use crate::algo::{generate, Algo, Params};
 use crate::topo::{cpu_of, evenly_oversubscribed, Hosts};
 use std::cmp::Reverse;
@@ -104,8 +104,10 @@ impl Sim<'_> {
     /// all-gather writes the piece it sent two steps earlier, and a
     /// reduction in place into such memory (recursive doubling's exchange
     /// of a piece): their lines are still in the cache even where the
-    /// call's data spills it.
-    fn work(&self, r: usize, step: &Step, recent: &[Step]) -> f64 {
+    /// call's data spills it. A copy that fuses with the `next` step (a
+    /// reduction into the same region, [`Step::fuses_with`]) is part of
+    /// that reduction's pass.
+    fn work(&self, r: usize, step: &Step, (recent, next): (&[Step], Option<&Step>)) -> f64 {
         let m = self.model;
         let b = |len: usize| len as f64 * self.elem;
         let hot = |len: usize| b(len) / m.copy * self.hot[r];
@@ -126,17 +128,27 @@ impl Sim<'_> {
                 Step::RecvReduceSend { src, .. } => b(src.len) / m.reduce,
                 Step::RecvReduceCopySend { src, dst, .. } => reduce(*src, *dst) + hot(dst.len),
                 Step::RecvCopySend { dst, .. } => copy(*dst) + hot(dst.len),
-                Step::Copy { src, dst } if at(*src) == at(*dst) => 0.0,
+                Step::Copy { src, dst } if at(*src) == at(*dst) || step.fuses_with(next) => 0.0,
                 Step::Copy { src, .. } => b(src.len) / m.copy,
                 Step::Reduce { src, .. } => b(src.len) / m.reduce,
+                Step::Notify { .. } | Step::Wait { .. } => 0.0,
             }
     }
 
     /// Seconds rank `r` spends fetching what `step` receives from a rank of
     /// its own host (out of the other core's cache): busy time, which its
     /// other channels cannot use; the message's first slot comes slower.
-    /// Across hosts the network moves the bytes.
+    /// Across hosts the network moves the bytes. A local step on peers'
+    /// buffers (shared memory) moves their bytes between the cores itself,
+    /// at the same rate.
     fn pull(&self, r: usize, step: &Step) -> f64 {
+        if step.is_local() {
+            let mut regions = step.reads();
+            regions.extend(step.writes());
+            let remote = |g: &&Region| matches!(g.buf, Buf::PeerInput(q) | Buf::PeerOutput(q) if q != r);
+            let elems: usize = regions.iter().filter(remote).map(|g| g.len).sum();
+            return elems as f64 / self.fetch[r] * self.elem;
+        }
         match step.recv_peer() {
             Some(from) if self.hosts.host_of(from) == self.hosts.host_of(r) => {
                 let m = self.model;
@@ -155,7 +167,7 @@ impl Sim<'_> {
     /// The work of rank `r`'s schedule, seconds, as if alone on a core.
     fn own_work(&self, r: usize) -> f64 {
         let steps = self.sched[r].iter().flat_map(|ch| (0..ch.len()).map(move |i| (ch, i)));
-        steps.map(|(ch, i)| self.work(r, &ch[i], &ch[i.saturating_sub(2)..i])).sum()
+        steps.map(|(ch, i)| self.work(r, &ch[i], (&ch[i.saturating_sub(2)..i], ch.get(i + 1)))).sum()
     }
 
     /// Ranks time-sharing cores evenly (as many on each, pinned in blocks
@@ -213,7 +225,8 @@ impl Sim<'_> {
             // first as soon as it is done with it, and ends one slot's share
             // of its work after its last arrived
             let recent = &self.sched[r][c][pc.saturating_sub(2)..pc];
-            let busy = self.work(r, &step, recent) * self.slow[r] + self.pull(r, &step);
+            let next = self.sched[r][c].get(pc + 1);
+            let busy = self.work(r, &step, (recent, next)) * self.slow[r] + self.pull(r, &step);
             let per_slot = busy / step.len().div_ceil(self.slot).max(1) as f64;
             let (mut ready, mut last, mut came) = (t0, 0.0f64, 0.0f64);
             if let Some(from) = step.recv_peer() {

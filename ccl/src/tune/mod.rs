@@ -73,14 +73,18 @@ pub struct Tuner {
     loud: bool,
     model: Mutex<Model>,
     rules: Mutex<Rules>,
-    /// (collective, element size, size class) → algorithm.
-    memo: Mutex<HashMap<(Coll, usize, u32), Algo>>,
+    /// The choices made so far.
+    memo: Mutex<HashMap<MemoKey, Algo>>,
     /// Counts changes of model or rules: a choice remembered elsewhere is
     /// current while this has not moved.
     generation: AtomicU64,
     /// Whether it has warned that `CCL_CHUNKSIZE` was raised.
     raised: std::sync::atomic::AtomicBool,
 }
+
+/// What a remembered choice holds for: collective, element size, size
+/// class, on shared buffers in place or not.
+type MemoKey = (Coll, usize, u32, Option<bool>);
 
 /// The size class of `bytes`: the exponent of the next power of two.
 pub fn size_class(bytes: usize) -> u32 {
@@ -139,7 +143,19 @@ impl Tuner {
     }
 
     /// The choice for `coll` moving `count` elements of `elem_size` bytes.
-    pub fn choose(&self, coll: Coll, count: usize, elem_size: usize, hosts: &Hosts, cfg: &Config) -> Choice {
+    /// What a call of `count` elements of `elem_size` bytes runs: `shared`
+    /// is `Some(in place)` where its buffers are shared by every rank
+    /// (`alloc_shared`) and the call can run on them directly
+    /// ([`Coll::on_shared`]), which makes [`Algo::Direct`] a candidate.
+    pub fn choose(
+        &self,
+        coll: Coll,
+        count: usize,
+        elem_size: usize,
+        hosts: &Hosts,
+        cfg: &Config,
+        shared: Option<bool>,
+    ) -> Choice {
         let elem = elem_size.max(1);
         let (slot_elems, max_chunk) = cut(elem, cfg.slots_on(hosts));
         let chunk = match cfg.chunksize {
@@ -159,37 +175,46 @@ impl Tuner {
             }
         };
         let channels = cfg.nchannels;
-        let algo = match cfg.algo.filter(|a| coll.algos().contains(a)) {
+        let candidates = candidates(coll, shared);
+        let algo = match cfg.algo.filter(|a| candidates.contains(a)) {
             Some(forced) => forced,
-            None if coll.algos().len() == 1 => coll.algos()[0],
+            None if candidates.len() == 1 => candidates[0],
             None => {
                 let class = size_class(count.saturating_mul(elem));
-                let key = (coll, elem, class);
+                let key = (coll, elem, class, shared);
                 let memo = self.memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
                 match memo {
                     Some(a) => a,
                     None => {
-                        // a rule from CCL_TUNE_FILE first, else the model; either is remembered
+                        // a rule from CCL_TUNE_FILE first (measured on
+                        // private buffers), else the model; either is remembered
                         let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
                         let ruled = rules.get(coll, hosts.nranks(), hosts.groups().len(), class);
                         drop(rules);
                         let call =
                             Call { coll, count, elem, root: 0, channels, chunk, slot: slot_elems, in_place: false };
-                        let a = ruled.unwrap_or_else(|| self.predict_best(&call, hosts, cfg));
+                        let a = match ruled {
+                            Some(a) if shared.is_none() => a,
+                            _ => self.predict_best(&call, hosts, cfg, shared),
+                        };
                         self.memo.lock().unwrap_or_else(|p| p.into_inner()).insert(key, a);
                         a
                     }
                 }
             }
         };
+        let chunk = if algo == Algo::Direct && shared.is_some() { shared_block(elem) } else { chunk };
         Choice { algo, channels, chunk, slot_elems }
     }
 
     /// Times every algorithm for `call` and returns the fastest; under
     /// `CCL_DEBUG=INFO` says what it chose and why.
-    fn predict_best(&self, call: &Call, hosts: &Hosts, cfg: &Config) -> Algo {
+    fn predict_best(&self, call: &Call, hosts: &Hosts, cfg: &Config, shared: Option<bool>) -> Algo {
         let model = self.model();
-        let times = ranked(call, hosts, &model);
+        let times = match shared {
+            None => ranked(call, hosts, &model),
+            Some(in_place) => ranked_on_shared(call, in_place, hosts, &model),
+        };
         let &Call { coll, count, elem, channels, chunk, slot, .. } = call;
         let best = times.first().map_or(coll.algos()[0], |t| t.0);
         if self.loud && cfg.debug >= LogLevel::Info {
@@ -218,18 +243,62 @@ impl Tuner {
 /// measured ring was 16-56 % behind in each of 7 runs.
 pub const TIE: f64 = 0.01;
 
+/// The algorithms a call may run: its collective's, and first
+/// [`Algo::Direct`] where it runs on shared buffers (`shared`: in place or
+/// not, [`Tuner::choose`]). First, for ties ([`TIE`]): the model counts
+/// the same reductions and copies for it as for a ring, but not that it
+/// moves each byte between the cores once where a ring moves it through
+/// slots at every step, nor that its ranks never wait for one another's
+/// slots (`bench/results/shared-buffers.md`).
+fn candidates(coll: Coll, shared: Option<bool>) -> Vec<Algo> {
+    let mut v = coll.algos().to_vec();
+    if shared.is_some_and(|in_place| coll.on_shared(in_place)) && !v.contains(&Algo::Direct) {
+        v.insert(0, Algo::Direct);
+    }
+    v
+}
+
+/// Elements of `elem` bytes a rank reduces at a time on shared buffers,
+/// before copying them out ([`crate::algo::shared`]): small enough that
+/// the copies read them from the L1/L2 cache.
+pub fn shared_block(elem: usize) -> usize {
+    ((32 << 10) / elem.max(1)).max(1)
+}
+
 /// Every algorithm for `call`'s collective, with its predicted seconds
 /// under `model`, the tuner's pick first (the fastest, or the first listed
 /// of those within [`TIE`] of it), then the others fastest first.
 pub fn predictions(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
-    let call = Call { chunk: call.chunk.max(call.count / SIM_PIECES), ..*call };
-    let mut times: Vec<(Algo, f64)> = call
-        .coll
-        .algos()
+    predictions_among(call, &candidates(call.coll, None), hosts, model)
+}
+
+/// [`predictions`] among `algos`; [`Algo::Direct`] on shared buffers.
+fn predictions_among(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    let fewest = call.count / SIM_PIECES;
+    let call = Call { chunk: call.chunk.max(fewest), ..*call };
+    let on_shared = Call { chunk: shared_block(call.elem).max(fewest), ..call };
+    let mut times: Vec<(Algo, f64)> = algos
         .iter()
-        .filter_map(|&a| simulate(&call, a, hosts, model).ok().map(|p| (a, p.seconds)))
+        .filter_map(|&a| {
+            let c = if a == Algo::Direct && call.coll.on_shared(call.in_place) { &on_shared } else { &call };
+            simulate(c, a, hosts, model).ok().map(|p| (a, p.seconds))
+        })
         .collect();
-    pick_first(call.coll.algos(), &mut times);
+    pick_first(algos, &mut times);
+    times
+}
+
+/// [`ranked`] for a call on shared buffers, in place or not: its
+/// collective's algorithms timed out of place, reading and writing the
+/// peers' buffers as the call would.
+pub fn ranked_on_shared(call: &Call, in_place: bool, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    let out = Call { in_place: false, ..*call };
+    let mut times = predictions_among(&out, call.coll.algos(), hosts, model);
+    if call.coll.on_shared(in_place) {
+        let direct = predictions_among(&Call { in_place, ..*call }, &[Algo::Direct], hosts, model);
+        times.extend(direct);
+    }
+    pick_first(&candidates(call.coll, Some(in_place)), &mut times);
     times
 }
 
@@ -279,12 +348,12 @@ mod tests {
         let t = Tuner::new(Model::DEFAULT, false);
         let cfg = Config { algo: Some(Algo::Tree), ..Config::default() };
         let h = Hosts::flat(4);
-        assert_eq!(t.choose(Coll::AllReduce, 1 << 18, 4, &h, &cfg).algo, Algo::Tree);
-        assert_eq!(t.choose(Coll::AllGather, 1 << 18, 4, &h, &cfg).algo, Algo::Ring);
-        let c = t.choose(Coll::AllReduce, 1 << 18, 4, &h, &Config { chunksize: 1 << 30, ..Config::default() });
+        assert_eq!(t.choose(Coll::AllReduce, 1 << 18, 4, &h, &cfg, None).algo, Algo::Tree);
+        assert_eq!(t.choose(Coll::AllGather, 1 << 18, 4, &h, &cfg, None).algo, Algo::Ring);
+        let c = t.choose(Coll::AllReduce, 1 << 18, 4, &h, &Config { chunksize: 1 << 30, ..Config::default() }, None);
         assert_eq!(c.chunk, c.slot_elems * crate::config::NSLOTS / 2);
         // one rank per host: every connection is TCP, with fewer, larger slots
-        let c = t.choose(Coll::AllReduce, 1 << 18, 4, &Hosts::blocks(&[1; 4]), &Config::default());
+        let c = t.choose(Coll::AllReduce, 1 << 18, 4, &Hosts::blocks(&[1; 4]), &Config::default(), None);
         assert_eq!(c.slot_elems * 4, Config::default().tcp_slot_bytes());
         assert_eq!(c.chunk, c.slot_elems * crate::config::TCP_NSLOTS / 2);
     }
@@ -295,12 +364,12 @@ mod tests {
         let h = Hosts::flat(2);
         let tiny = Config { chunksize: 1, ..Config::default() };
         for count in [1, 1000, 1 << 16, 1 << 18, 1 << 20] {
-            let c = t.choose(Coll::AllReduce, count, 4, &h, &tiny);
+            let c = t.choose(Coll::AllReduce, count, 4, &h, &tiny, None);
             assert!(count.div_ceil(c.chunk) <= MAX_PIECES, "{count}: chunk {}", c.chunk);
             assert!(c.chunk <= c.slot_elems * crate::config::NSLOTS / 2, "still within the slots");
         }
         // where the pieces are few enough, what was asked for
-        assert_eq!(t.choose(Coll::AllReduce, 1000, 4, &h, &Config { chunksize: 64, ..Config::default() }).chunk, 16);
+        assert_eq!(t.choose(Coll::AllReduce, 1000, 4, &h, &Config { chunksize: 64, ..Config::default() }, None).chunk, 16);
     }
 
     #[test]
@@ -310,7 +379,7 @@ mod tests {
         let (cfg, h) =
             (Config::default().on_machine(&crate::machine::Machine { ranks: 2, cpus: 2, llc: None }), Hosts::flat(2));
         for count in [1 << 18, 1 << 20, 1 << 24] {
-            let c = t.choose(Coll::AllReduce, count, 4, &h, &cfg);
+            let c = t.choose(Coll::AllReduce, count, 4, &h, &cfg, None);
             assert_eq!((c.slot_elems, c.chunk), (16 << 10, (16 << 10) * NSLOTS / 2), "{count}");
         }
     }
@@ -320,21 +389,46 @@ mod tests {
         let cfg = Config::default();
         let t = Tuner::new(Model::DEFAULT, false);
         let flat = Hosts::flat(8);
-        assert_eq!(t.choose(Coll::AllReduce, 4, 4, &flat, &cfg).algo, Algo::RecursiveDoubling);
-        assert_eq!(t.choose(Coll::AllReduce, 1 << 22, 4, &flat, &cfg).algo, Algo::Ring);
+        assert_eq!(t.choose(Coll::AllReduce, 4, 4, &flat, &cfg, None).algo, Algo::RecursiveDoubling);
+        assert_eq!(t.choose(Coll::AllReduce, 1 << 22, 4, &flat, &cfg, None).algo, Algo::Ring);
         // 4 hosts of 2: across a slow network the hierarchical ring sends less over each link
         let hosts = Hosts::blocks(&[2; 4]);
         let fast = Model::DEFAULT.with_inter(Link { latency: 20e-6, bandwidth: 40e9 });
         let slow = Model::DEFAULT.with_inter(Link { latency: 20e-6, bandwidth: 0.125e9 });
         t.set_model(fast);
-        let a_fast = t.choose(Coll::AllReduce, 1 << 22, 4, &hosts, &cfg).algo;
+        let a_fast = t.choose(Coll::AllReduce, 1 << 22, 4, &hosts, &cfg, None).algo;
         t.set_model(slow);
-        let a_slow = t.choose(Coll::AllReduce, 1 << 22, 4, &hosts, &cfg).algo;
+        let a_slow = t.choose(Coll::AllReduce, 1 << 22, 4, &hosts, &cfg, None).algo;
         assert_eq!(a_slow, Algo::RingRing);
         assert_ne!(a_fast, a_slow);
         // the choice is kept per size class
-        assert_eq!(t.choose(Coll::AllReduce, (1 << 22) - 5, 4, &hosts, &cfg).algo, a_slow);
+        assert_eq!(t.choose(Coll::AllReduce, (1 << 22) - 5, 4, &hosts, &cfg, None).algo, a_slow);
         assert_eq!(size_class(4096), 12);
         assert_eq!(size_class(4097), 13);
+    }
+
+    #[test]
+    fn on_shared_buffers_large_calls_go_directly_and_tiny_ones_through_slots() {
+        let cfg = Config::default();
+        for n in [2, 4] {
+            let h = Hosts::flat(n);
+            for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast] {
+                let t = Tuner::new(Model::DEFAULT, false);
+                let pick = |count, shared| t.choose(coll, count, 4, &h, &cfg, shared).algo;
+                assert_ne!(pick(2, Some(true)), Algo::Direct, "{coll} of 8 B on {n} ranks");
+                assert_eq!(pick(1 << 20, Some(true)), Algo::Direct, "{coll} of 4 MiB on {n} ranks, in place");
+                assert_ne!(pick(1 << 20, None), Algo::Direct, "{coll} of 4 MiB on private buffers");
+                let choice = t.choose(coll, 1 << 20, 4, &h, &cfg, Some(true));
+                assert_eq!(choice.chunk, shared_block(4), "{coll}: blocks of 32 KiB");
+            }
+            // out of place, broadcast cannot
+            let t = Tuner::new(Model::DEFAULT, false);
+            assert_ne!(t.choose(Coll::Broadcast, 1 << 20, 4, &h, &cfg, Some(false)).algo, Algo::Direct);
+            // forced either way
+            let forced = |a| Config { algo: Some(a), ..Config::default() };
+            assert_eq!(t.choose(Coll::AllReduce, 2, 4, &h, &forced(Algo::Direct), Some(false)).algo, Algo::Direct);
+            assert_eq!(t.choose(Coll::AllReduce, 1 << 20, 4, &h, &forced(Algo::Ring), Some(false)).algo, Algo::Ring);
+            assert_ne!(t.choose(Coll::AllReduce, 1 << 20, 4, &h, &forced(Algo::Direct), None).algo, Algo::Direct);
+        }
     }
 }

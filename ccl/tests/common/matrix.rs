@@ -160,15 +160,15 @@ pub fn large(g: &Group, seed: u64) -> Check {
     movements::<f32>(g, seed, &mut call, LARGE)
 }
 
-/// Lengths of the shared-buffer calls: under 16 KiB (through the
-/// connections) and over it (directly; of the larger types, the last in
-/// several 32 KiB blocks per rank), none dividing evenly by 3 ranks.
+/// Lengths of the shared-buffer calls: small (through the connections,
+/// as the tuner chooses) and larger (directly; of the larger types, the
+/// last in several 32 KiB blocks per rank), none dividing evenly by 3 ranks.
 pub const SHARED_COUNTS: [usize; 3] = [700, 6_001, 12_003];
 
 /// The calls that take buffers from `alloc_shared` directly (all-reduce,
 /// reduce-scatter and all-gather, in place and not; broadcast in place):
-/// past 16 KiB on one host each rank works on its share straight out of
-/// every rank's buffers.
+/// where the tuner chooses (or `CCL_ALGO=direct` forces) it, on one host
+/// each rank works on its share straight out of every rank's buffers.
 /// All-reduce and broadcast take `len` elements, the gather and the
 /// scatter blocks of `len / size + 1` (so their calls are as large).
 fn shared<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, len: usize, small: bool) -> Check {

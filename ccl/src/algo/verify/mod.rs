@@ -14,6 +14,10 @@
 //! What a send lends (sends from where it lies, [`lend::plan`]) no step may
 //! write until the call ends, unless a slot is held for it and the writer
 //! takes it back first; the same holds for memory a receive lands in.
+//! Schedules that reach their peers' buffers ([`shared`](super::shared))
+//! are proved free of races on them (`races.rs`).
+
+mod races;
 
 use super::schedule::{Buf, Layout, Region, Schedule, Step};
 use super::{generate, lend, Algo, Coll, Params};
@@ -80,12 +84,31 @@ struct RankState {
     lent: Vec<(Region, bool)>,
 }
 
+/// The index of one of a rank's own (resolved) buffers in its memory.
 fn bi(b: Buf) -> usize {
     match b {
         Buf::Input => 0,
         Buf::Output => 1,
-        Buf::Scratch => 2,
+        _ => 2,
     }
+}
+
+/// Where rank `r`'s region `g` lies: the rank whose memory it is, which
+/// of its buffers (input, output, scratch) and the resolved region.
+fn locate(ranks: &[RankState], r: usize, g: Region) -> Result<(usize, usize, Region), String> {
+    let (q, b) = match g.buf {
+        Buf::Input | Buf::Output | Buf::Scratch => {
+            let g = ranks[r].layout.resolve(g);
+            return Ok((r, bi(g.buf), g));
+        }
+        Buf::PeerInput(q) => (q, 0),
+        Buf::PeerOutput(q) => (q, 1),
+    };
+    let fits = ranks.get(q).is_some_and(|p| g.end() <= p.mem[b].len() && (b == 1 || p.layout.in_place.is_none()));
+    if !fits {
+        return Err(format!("{:?}[{}..{}] is not in rank {q}'s buffers", g.buf, g.off, g.end()));
+    }
+    Ok((q, b, g))
 }
 
 impl Case {
@@ -203,7 +226,11 @@ fn verify_lending(
         ranks.push(RankState { sched, layout, mem, pc, lending, lent: vec![] });
     }
     let messages = check_matching(&ranks)?;
-    simulate(case, &mut ranks)?;
+    let mut races = shared_memory(&ranks)?;
+    simulate(case, &mut ranks, &mut races)?;
+    if let Some(races) = &races {
+        (0..n).try_for_each(|r| races.returns(r))?;
+    }
     check_outputs(case, &ranks)?;
     Ok(Report { steps: ranks.iter().map(|s| s.sched.steps()).sum(), messages })
 }
@@ -254,6 +281,28 @@ fn check_static(r: usize, s: &Schedule, l: &Layout) -> Result<(), String> {
     Ok(())
 }
 
+/// Where a schedule reaches its peers' buffers, the race checker; such a
+/// schedule reaches its own buffers the same way, never as its own
+/// `Input` or `Output` (which would hide their accesses from the checker).
+fn shared_memory(ranks: &[RankState]) -> Result<Option<races::Races>, String> {
+    let regions = |st: &RankState| -> Vec<Region> {
+        let steps = st.sched.channels.iter().flatten();
+        steps.flat_map(|s| s.reads().into_iter().chain(s.writes())).collect()
+    };
+    let peers = |st: &RankState| regions(st).iter().any(|g| g.buf.is_peer());
+    if !ranks.iter().any(peers) {
+        return Ok(None);
+    }
+    for (r, st) in ranks.iter().enumerate() {
+        if regions(st).iter().any(|g| matches!(g.buf, Buf::Input | Buf::Output)) {
+            return Err(format!("rank {r} reaches its own buffers both directly and as a peer's"));
+        }
+    }
+    let lens: Vec<(usize, usize)> = ranks.iter().map(|st| (st.mem[0].len(), st.mem[1].len())).collect();
+    let per = ranks.iter().map(|st| st.sched.channels.len()).max().unwrap_or(1);
+    Ok(Some(races::Races::new(&lens, per)))
+}
+
 /// Per connection, the sends and receives must agree in number and length.
 fn check_matching(ranks: &[RankState]) -> Result<usize, String> {
     let mut sent: HashMap<ConnKey, Vec<usize>> = HashMap::new();
@@ -302,20 +351,38 @@ fn slots(len: usize, se: usize) -> usize {
     len.div_ceil(se).max(1)
 }
 
-fn read(st: &RankState, g: Region, u: usize, se: usize) -> Result<Vec<Sym>, String> {
-    let g = st.layout.resolve(g);
-    let (s, e) = (g.off + u * se, (g.off + (u + 1) * se).min(g.end()));
-    let v = st.mem[bi(g.buf)][s..e].to_vec();
+/// The elements of rank `r`'s region `g` that slot `u` covers (a local
+/// step, `whole`: all of them), as (rank, buffer, resolved slice).
+fn slot_of(ranks: &[RankState], r: usize, g: Region, (u, se, whole): (usize, usize, bool)) -> Result<(usize, usize, Region), String> {
+    let (q, b, g) = locate(ranks, r, g)?;
+    if whole {
+        return Ok((q, b, g));
+    }
+    let s = (g.off + u * se).min(g.end());
+    Ok((q, b, Region::new(g.buf, s, (g.off + (u + 1) * se).min(g.end()) - s)))
+}
+
+/// What channel `c` of rank `r` reads at `at` ([`slot_of`]).
+fn read(ranks: &[RankState], races: &mut Option<races::Races>, (r, c): (usize, usize), at: (usize, usize, Region)) -> Result<Vec<Sym>, String> {
+    let (q, b, g) = at;
+    let v = ranks[q].mem[b][g.off..g.end()].to_vec();
     if v.iter().any(|x| x.mask == 0) {
-        return Err(format!("reads never-written data at {:?}[{s}..{e}]", g.buf));
+        return Err(format!("reads never-written data at {:?}[{}..{}]", g.buf, g.off, g.end()));
+    }
+    if let (Some(races), true) = (races.as_mut(), b < 2) {
+        races.access((r, c), (q, b, g.off, g.end()), false)?;
     }
     Ok(v)
 }
 
-fn write(st: &mut RankState, g: Region, u: usize, se: usize, v: &[Sym]) {
-    let g = st.layout.resolve(g);
-    let s = g.off + u * se;
-    st.mem[bi(g.buf)][s..s + v.len()].copy_from_slice(v);
+/// Channel `c` of rank `r` writes `v` at `at` ([`slot_of`]).
+fn write(ranks: &mut [RankState], races: &mut Option<races::Races>, (r, c): (usize, usize), at: (usize, usize, Region), v: &[Sym]) -> Result<(), String> {
+    let (q, b, g) = at;
+    if let (Some(races), true) = (races.as_mut(), b < 2) {
+        races.access((r, c), (q, b, g.off, g.off + v.len()), true)?;
+    }
+    ranks[q].mem[b][g.off..g.off + v.len()].copy_from_slice(v);
+    Ok(())
 }
 
 /// Memory region `w` is about to be written (or landed in, as `what`
@@ -335,15 +402,19 @@ fn take_back(lent: &mut Vec<(Region, bool)>, w: Region, takes_back: bool, what: 
     Ok(())
 }
 
+/// A message in flight: one slot's symbols, and the sender's clock where
+/// races are checked.
+type Message = (Vec<Sym>, Option<Vec<u32>>);
+
 /// Runs every rank's channels slot by slot until all finish or none can move.
-fn simulate(case: &Case, ranks: &mut [RankState]) -> Result<(), String> {
+fn simulate(case: &Case, ranks: &mut [RankState], races: &mut Option<races::Races>) -> Result<(), String> {
     let (se, cap, union) = (case.slot_elems.max(1), case.nslots.max(1), case.coll == Coll::Barrier);
-    let mut fifo: HashMap<ConnKey, VecDeque<Vec<Sym>>> = HashMap::new();
+    let mut fifo: HashMap<ConnKey, VecDeque<Message>> = HashMap::new();
     loop {
         let mut moved = false;
         for r in 0..ranks.len() {
             for c in 0..ranks[r].pc.len() {
-                while advance(r, c, ranks, &mut fifo, se, cap, union).map_err(|e| {
+                while advance((r, c), ranks, races, &mut fifo, (se, cap, union)).map_err(|e| {
                     let (i, _) = ranks[r].pc[c];
                     format!("rank {r} channel {c} step {i} ({:?}): {e}", ranks[r].sched.channels[c].get(i))
                 })? {
@@ -375,13 +446,11 @@ fn simulate(case: &Case, ranks: &mut [RankState]) -> Result<(), String> {
 
 /// Moves rank `r`'s channel `c` one slot (or one local step) forward.
 fn advance(
-    r: usize,
-    c: usize,
+    (r, c): (usize, usize),
     ranks: &mut [RankState],
-    fifo: &mut HashMap<ConnKey, VecDeque<Vec<Sym>>>,
-    se: usize,
-    cap: usize,
-    union: bool,
+    races: &mut Option<races::Races>,
+    fifo: &mut HashMap<ConnKey, VecDeque<Message>>,
+    (se, cap, union): (usize, usize, bool),
 ) -> Result<bool, String> {
     let (i, u) = ranks[r].pc[c];
     let Some(&step) = ranks[r].sched.channels[c].get(i) else {
@@ -395,34 +464,25 @@ fn advance(
     if outbox.is_some_and(|k| fifo.get(&k).is_some_and(|q| q.len() >= cap)) {
         return Ok(false);
     }
+    let sent_at = races.as_mut().map(|x| x.tick(r, c));
     let incoming = match inbox {
         Some(k) => {
-            let v = fifo.get_mut(&k).and_then(|q| q.pop_front()).unwrap_or_default();
+            let (v, clock) = fifo.get_mut(&k).and_then(|q| q.pop_front()).unwrap_or_default();
             let want = (step.len() - u * se).min(se);
             if v.len() != want {
                 return Err(format!("slot of {} elements where {want} were expected", v.len()));
+            }
+            if let (Some(races), Some(clock)) = (races.as_mut(), clock) {
+                races.receive(r, c, &clock);
             }
             Some(v)
         }
         None => None,
     };
-    let st = &mut ranks[r];
-    let reduced = |st: &RankState, src: Region, inc: &[Sym]| -> Result<Vec<Sym>, String> {
-        let mine = read(st, src, u, se)?;
-        mine.iter().zip(inc).map(|(a, b)| combine(*a, *b, union)).collect()
-    };
-    let mut out = None;
-    let mut local = false;
-    let whole = matches!(step, Step::Copy { .. } | Step::Reduce { .. });
+    let whole = step.is_local();
     // the memory this slot (a local step: its whole region) covers
-    let slice = |g: Region| {
-        let g = st.layout.resolve(g);
-        if whole {
-            return g;
-        }
-        let s = g.off + u * se;
-        Region::new(g.buf, s, (g.off + (u + 1) * se).min(g.end()) - s)
-    };
+    let at = |ranks: &[RankState], g: Region| slot_of(ranks, r, g, (u, se, whole));
+    let st = &mut ranks[r];
     let takes_back = st.lending.takes_back[c][i];
     // a landing step's destination is the socket's from its first slot on
     if u == 0 && st.lending.lands[c][i] {
@@ -430,58 +490,67 @@ fn advance(
             take_back(&mut st.lent, d, takes_back, "lands in")?;
         }
     }
-    if let Some(w) = step.writes().map(slice) {
-        take_back(&mut st.lent, w, takes_back, "writes")?;
+    if let Some(w) = step.writes() {
+        let (_, _, w) = at(ranks, w)?;
+        take_back(&mut ranks[r].lent, w, takes_back, "writes")?;
     }
-    let mode = st.lending.send[c][i];
+    let mode = ranks[r].lending.send[c][i];
     if mode != lend::SendMode::Slot {
-        if let Some(g) = step.sends_as_is().map(slice) {
-            st.lent.push((g, mode == lend::SendMode::Hold));
+        if let Some(g) = step.sends_as_is() {
+            let (_, _, g) = at(ranks, g)?;
+            ranks[r].lent.push((g, mode == lend::SendMode::Hold));
         }
     }
-    match step {
-        Step::Send { src, .. } => out = Some(read(st, src, u, se)?),
-        Step::Recv { dst, .. } => write(st, dst, u, se, incoming.as_deref().unwrap_or(&[])),
-        Step::RecvReduce { src, dst, .. } => {
-            let v = reduced(st, src, incoming.as_deref().unwrap_or(&[]))?;
-            write(st, dst, u, se, &v);
+    let me = (r, c);
+    let reduced = |ranks: &[RankState], races: &mut Option<races::Races>, src: Region, inc: &[Sym]| {
+        let mine = read(ranks, races, me, at(ranks, src)?)?;
+        mine.iter().zip(inc).map(|(a, b)| combine(*a, *b, union)).collect::<Result<Vec<Sym>, String>>()
+    };
+    let inc = incoming.unwrap_or_default();
+    let out = match step {
+        Step::Send { src, .. } => Some(read(ranks, races, me, at(ranks, src)?)?),
+        Step::Recv { dst, .. } => {
+            write(ranks, races, me, at(ranks, dst)?, &inc)?;
+            None
         }
-        Step::RecvReduceSend { src, .. } => out = Some(reduced(st, src, incoming.as_deref().unwrap_or(&[]))?),
+        Step::RecvReduce { src, dst, .. } => {
+            let v = reduced(ranks, races, src, &inc)?;
+            write(ranks, races, me, at(ranks, dst)?, &v)?;
+            None
+        }
+        Step::RecvReduceSend { src, .. } => Some(reduced(ranks, races, src, &inc)?),
         Step::RecvReduceCopySend { src, dst, .. } => {
-            let v = reduced(st, src, incoming.as_deref().unwrap_or(&[]))?;
-            write(st, dst, u, se, &v);
-            out = Some(v);
+            let v = reduced(ranks, races, src, &inc)?;
+            write(ranks, races, me, at(ranks, dst)?, &v)?;
+            Some(v)
         }
         Step::RecvCopySend { dst, .. } => {
-            let v = incoming.unwrap_or_default();
-            write(st, dst, u, se, &v);
-            out = Some(v);
+            write(ranks, races, me, at(ranks, dst)?, &inc)?;
+            Some(inc)
         }
         Step::Copy { src, dst } => {
-            let (a, b) = (st.layout.resolve(src), st.layout.resolve(dst));
+            let (a, b) = (at(ranks, src)?, at(ranks, dst)?);
             if a != b {
-                let v = st.mem[bi(a.buf)][a.off..a.end()].to_vec();
-                if v.iter().any(|x| x.mask == 0) {
-                    return Err("copies never-written data".into());
-                }
-                st.mem[bi(b.buf)][b.off..b.end()].copy_from_slice(&v);
+                let v = read(ranks, races, me, a).map_err(|_| "copies never-written data".to_string())?;
+                write(ranks, races, me, b, &v)?;
             }
-            local = true;
+            None
         }
         Step::Reduce { src, dst } => {
-            let (a, b) = (st.layout.resolve(src), st.layout.resolve(dst));
-            for k in 0..a.len {
-                let v = combine(st.mem[bi(b.buf)][b.off + k], st.mem[bi(a.buf)][a.off + k], union)?;
-                st.mem[bi(b.buf)][b.off + k] = v;
-            }
-            local = true;
+            let (a, b) = (at(ranks, src)?, at(ranks, dst)?);
+            let (x, y) = (read(ranks, races, me, a)?, read(ranks, races, me, b)?);
+            let v = y.iter().zip(&x).map(|(p, q)| combine(*p, *q, union)).collect::<Result<Vec<Sym>, String>>()?;
+            write(ranks, races, me, b, &v)?;
+            None
         }
-    }
+        Step::Notify { .. } => Some(Vec::new()),
+        Step::Wait { .. } => None,
+    };
     if let (Some(k), Some(v)) = (outbox, out) {
-        fifo.entry(k).or_default().push_back(v);
+        fifo.entry(k).or_default().push_back((v, sent_at));
     }
     let st = &mut ranks[r];
-    st.pc[c] = if local || u + 1 >= slots(step.len(), se) { (i + 1, 0) } else { (i, u + 1) };
+    st.pc[c] = if whole || u + 1 >= slots(step.len(), se) { (i + 1, 0) } else { (i, u + 1) };
     Ok(true)
 }
 
@@ -620,5 +689,47 @@ mod tests {
         };
         let e = verify_lending(&case, &gen, &written).expect_err("refused");
         assert!(e.starts_with("rank") && e.contains("writes") && e.contains("without taking it back"), "{e}");
+    }
+
+    #[test]
+    fn races_on_shared_buffers_are_refused() {
+        let case = Case { algo: Algo::Direct, nranks: 3, count: 12, chunk: 2, hosts: Hosts::flat(3), ..two_ranks(Coll::AllReduce) };
+        let fences = |s: &Schedule| s.channels[0].iter().filter(|st| matches!(st, Notify { .. } | Wait { .. })).count();
+        // the schedules as made, then without their first or last fence
+        let gen = |coll, p: &Params, cut: Option<bool>| {
+            let mut s = generate(coll, Algo::Direct, p)?;
+            let half = fences(&s) / 2;
+            let ch = &mut s.channels[0];
+            match cut {
+                Some(true) => drop(ch.drain(..half)),
+                Some(false) => ch.truncate(ch.len() - half),
+                None => {}
+            }
+            Ok(s)
+        };
+        let ok = verify_with(&case, &|c, p| gen(c, p, None));
+        assert!(ok.is_ok(), "{ok:?}");
+        let e = verify_with(&case, &|c, p| gen(c, p, Some(true))).expect_err("reads before the owner entered");
+        assert!(e.contains("reads rank") && e.contains("unordered with it"), "{e}");
+        let e = verify_with(&case, &|c, p| gen(c, p, Some(false))).expect_err("returns under the others' feet");
+        assert!(e.contains("returns while rank"), "{e}");
+        // two ranks writing the same output
+        let both = |coll, p: &Params| {
+            let mut s = generate(coll, Algo::Direct, p)?;
+            let dst = Region::new(Buf::PeerOutput(0), 0, 1);
+            let at = fences(&s) / 2;
+            s.channels[0].insert(at, Copy { src: Region::new(Buf::PeerInput(p.rank), 0, 1), dst });
+            Ok(s)
+        };
+        let e = verify_with(&Case { in_place: false, ..case.clone() }, &both).expect_err("racing writes");
+        assert!(e.contains("writes rank 0's output[0]"), "{e}");
+        // a schedule reaching its own buffers directly as well as a peer's
+        let mixed = |coll, p: &Params| {
+            let mut s = generate(coll, Algo::Direct, p)?;
+            s.channels[0].push(Copy { src: Region::new(Buf::Input, 0, 1), dst: Region::new(Buf::Scratch, 0, 1) });
+            Ok(s)
+        };
+        let e = verify_with(&case, &mixed).expect_err("mixed");
+        assert!(e.contains("both directly and as a peer's"), "{e}");
     }
 }
