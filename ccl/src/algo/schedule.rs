@@ -13,16 +13,24 @@ pub enum Buf {
     /// Rank `r`'s send buffer, where every rank maps every other's
     /// ([`shared`](super::shared) schedules), as it lies on rank `r`
     /// (resolved: never used in place).
-    PeerInput(usize),
+    PeerInput(u32),
     /// Rank `r`'s receive buffer (in place: its one buffer), as it lies on
     /// rank `r`, resolved.
-    PeerOutput(usize),
+    PeerOutput(u32),
 }
 
 impl Buf {
     /// Whether it is a rank's buffer reached through shared memory.
     pub fn is_peer(self) -> bool {
-        matches!(self, Buf::PeerInput(_) | Buf::PeerOutput(_))
+        self.peer().is_some()
+    }
+
+    /// The rank whose buffer it is, for a peer's.
+    pub fn peer(self) -> Option<usize> {
+        match self {
+            Buf::PeerInput(q) | Buf::PeerOutput(q) => usize::try_from(q).ok(),
+            _ => None,
+        }
     }
 }
 
@@ -278,6 +286,7 @@ impl Layout {
     /// Maps a region onto (buffer, offset) in memory: in place, input and
     /// output regions both land in `Buf::Output`, the shared buffer. Peers'
     /// regions are resolved already.
+    #[inline]
     pub fn resolve(&self, r: Region) -> Region {
         match (self.in_place, r.buf) {
             (Some(ip), Buf::Input) => Region::new(Buf::Output, r.off + ip.input_off, r.len),
@@ -290,6 +299,7 @@ impl Layout {
     /// long as this rank's (they are where schedules reach them: every
     /// rank's buffers of the calls they run on have one shape), and it has
     /// no send buffer of its own in place.
+    #[inline]
     pub fn capacity(&self, buf: Buf, scratch: usize) -> usize {
         match (self.in_place, buf) {
             (_, Buf::Scratch) => scratch,

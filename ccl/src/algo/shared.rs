@@ -44,8 +44,9 @@ fn me_first(n: usize, me: usize) -> impl Iterator<Item = usize> + Clone {
 /// broadcast in place.
 pub fn schedule(coll: Coll, p: &Params) -> Result<Schedule, String> {
     let (n, me, count) = (p.nranks, p.rank, p.count);
-    let own = |r: usize, off: usize, len: usize| Region::new(Buf::PeerOutput(r), off, len);
-    let inp = |r: usize, off: usize, len: usize| Region::new(Buf::PeerInput(r), off, len);
+    // (ranks of one host: fewer than 2^32)
+    let own = |r: usize, off: usize, len: usize| Region::new(Buf::PeerOutput(r as u32), off, len);
+    let inp = |r: usize, off: usize, len: usize| Region::new(Buf::PeerInput(r as u32), off, len);
     let mut ch = Vec::new();
     fence(&mut ch, n, me);
     let mut scratch = 0;

@@ -109,7 +109,7 @@ impl Drop for Inner {
 impl Group {
     /// Under `CCL_CHECK=full`, exchanges collective `call`'s fingerprint
     /// with every rank first: `Err` where any differs.
-    pub(crate) fn agree<T: Reduce, O: ReduceOp<T>>(&self, call: &Call<T>, seq: u64) -> Result<()> {
+    pub(crate) fn agree<T: Reduce, O: ReduceOp<T>>(&self, call: &Call<'_, T>, seq: u64) -> Result<()> {
         if self.inner.config.check != crate::config::CheckMode::Full || call.coll.p2p() || self.inner.size < 2 {
             return Ok(());
         }

@@ -171,7 +171,7 @@ impl Group {
     /// the returned call has finished or failed (see [`Exec::new`]).
     pub(crate) unsafe fn submit<T: Reduce, O: ReduceOp<T>>(
         &self,
-        call: Call<T>,
+        call: Call<'static, T>,
         seq: u64,
         on_done: Box<dyn FnOnce() + Send>,
     ) -> Result<u64> {
@@ -195,7 +195,7 @@ impl Group {
     /// # Safety
     ///
     /// As [`submit`](Self::submit); the buffers are borrowed for the call.
-    pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(&self, call: Call<T>, seq: u64) -> Result<()> {
+    pub(crate) unsafe fn run_numbered<T: Reduce, O: ReduceOp<T>>(&self, call: Call<'_, T>, seq: u64) -> Result<()> {
         let on = self.on();
         self.with_state(|State { engine: eng, plans, kept: keep }| {
             eng.check_usable()?;
@@ -243,7 +243,7 @@ impl Group {
         })
     }
 
-    pub(super) fn barrier_call(timeout: Option<std::time::Duration>) -> Call<u8> {
+    pub(super) fn barrier_call(timeout: Option<std::time::Duration>) -> Call<'static, u8> {
         let p = std::ptr::NonNull::<u8>::dangling().as_ptr();
         Call {
             coll: Coll::Barrier,

@@ -9,8 +9,7 @@
 use super::group::{Group, Inner};
 use crate::config::LogLevel;
 use crate::error::{Error, Result};
-use crate::exec::Peers;
-use crate::plan::OnShared;
+use crate::plan::{Allocation, OnShared};
 use crate::transport::shm_file::JobFiles;
 use crate::{Min, Reduce};
 use memmap2::{MmapOptions, MmapRaw};
@@ -28,33 +27,25 @@ static CREATED: AtomicU64 = AtomicU64::new(0);
 pub struct Window {
     /// The group it was allocated on (only that group's calls use it directly).
     group: Weak<Inner>,
-    /// Its number among the group's allocations: equal on every rank.
-    number: u64,
     /// This rank's buffer.
     own: MmapRaw,
     /// Every rank's buffer as mapped here, by rank (this rank's own
     /// included); empty unless every rank mapped every other's.
     peers: Vec<MmapRaw>,
-    /// Their addresses.
-    bases: Arc<[usize]>,
-    /// Calls that read or wrote the peers' buffers.
-    calls: Arc<AtomicU64>,
+    /// Their addresses, and the allocation's number.
+    alloc: Allocation,
 }
 
 impl Window {
     /// Every rank's buffers of a call of `group` on this window as output
     /// and `input`'s (none in place) as input, where the call can reach
     /// them: both allocated on `group`, with every rank's buffer mapped.
-    pub(crate) fn on(&self, group: &Group, input: Option<&Window>) -> Option<OnShared> {
-        let mine = |w: &Window| !w.peers.is_empty() && Weak::ptr_eq(&w.group, &Arc::downgrade(&group.inner));
+    pub(crate) fn on<'w>(&'w self, group: &Group, input: Option<&'w Window>) -> Option<OnShared<'w>> {
+        let mine = |w: &Window| !w.peers.is_empty() && std::ptr::eq(w.group.as_ptr(), Arc::as_ptr(&group.inner));
         if !mine(self) || !input.is_none_or(mine) {
             return None;
         }
-        Some(OnShared {
-            peers: Peers { input: input.map(|w| Arc::clone(&w.bases)), output: Arc::clone(&self.bases) },
-            numbers: (input.map(|w| w.number), self.number),
-            calls: Arc::clone(&self.calls),
-        })
+        Some(OnShared { input: input.map(|w| &w.alloc), output: &self.alloc })
     }
 }
 
@@ -189,7 +180,8 @@ fn alloc_numbered<T: Reduce>(group: &Group, len: usize, number: u64) -> Result<S
         peers.clear();
     }
     let bases = peers.iter().map(|m| m.as_mut_ptr() as usize).collect();
-    let win = Window { group: Arc::downgrade(inner), number, own, peers, bases, calls: Arc::default() };
+    let alloc = Allocation { bases, number, calls: AtomicU64::new(0) };
+    let win = Window { group: Arc::downgrade(inner), own, peers, alloc };
     Ok(SharedBuffer { win: Arc::new(win), len, _t: PhantomData })
 }
 
@@ -253,7 +245,7 @@ mod tests {
             right.push(*a == gathered[..]);
             c.broadcast(&mut x, n - 1).expect("broadcast");
             right.push(*x == ins[n - 1][..count]);
-            let calls = [&a, &b, &x, &y].iter().map(|w| w.window().calls.load(Ordering::Relaxed)).sum();
+            let calls = [&a, &b, &x, &y].iter().map(|w| w.window().alloc.calls.load(Ordering::Relaxed)).sum();
             (right.iter().all(|&ok| ok), calls)
         })
     }

@@ -89,7 +89,7 @@ impl<T: Reduce> Communicator<T> {
         input: Option<Place>,
         output: Option<Place>,
         in_place: bool,
-        shared: Option<OnShared>,
+        shared: Option<OnShared<'_>>,
     ) -> Result<()> {
         let seq = self.group.next_seq(coll);
         let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
@@ -119,7 +119,7 @@ impl<T: Reduce> Communicator<T> {
         &self,
         coll: Coll,
         check: impl FnOnce() -> Result<()>,
-        call: Call<T>,
+        call: Call<'static, T>,
         keep: impl FnOnce() -> R + Send + 'static,
     ) -> Request<R> {
         let seq = self.group.next_seq(coll);
@@ -144,7 +144,15 @@ impl<T: Reduce> Communicator<T> {
         }
     }
 
-    fn call(&self, coll: Coll, count: usize, root: usize, input: *const T, output: *mut T, in_place: bool) -> Call<T> {
+    fn call(
+        &self,
+        coll: Coll,
+        count: usize,
+        root: usize,
+        input: *const T,
+        output: *mut T,
+        in_place: bool,
+    ) -> Call<'static, T> {
         Call { coll, count, root, input, output, in_place, timeout: self.timeout, device: None, shared: None }
     }
 
@@ -181,7 +189,7 @@ impl<T: Reduce> Communicator<T> {
 
     /// Every rank's buffers of a call on `output` and `input` (none in
     /// place) where both are shared buffers of this communicator.
-    fn shared(&self, input: Option<Option<&Window>>, output: Option<&Window>) -> Option<OnShared> {
+    fn shared<'w>(&self, input: Option<Option<&'w Window>>, output: Option<&'w Window>) -> Option<OnShared<'w>> {
         let input = match input {
             Some(w) => Some(w?),
             None => None,

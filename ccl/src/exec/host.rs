@@ -135,7 +135,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 }
 
 /// `dst = src`, written `around` the cache or through it.
-pub(crate) fn store<T: Copy>(around: bool, dst: &mut [T], src: &[T]) {
+#[inline]
+fn store<T: Copy>(around: bool, dst: &mut [T], src: &[T]) {
     store_unfenced(around, dst, src);
     if around {
         ccl_kernels::fence_streams();

@@ -51,8 +51,9 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     spread: bool,
     /// Boxed: host calls, the common case, move a smaller `Exec`.
     gpu: Option<Box<OnGpu>>,
-    /// Every rank's buffers, for a schedule that reaches them ([`Peers`]).
-    peers: Option<Peers>,
+    /// Every rank's buffers, for a schedule that reaches them ([`Peers`]),
+    /// valid while the call runs as its own buffers are.
+    peers: Option<RawPeers>,
     /// Sending connections that may still read this call's buffers (memory
     /// sent from where it is, [`Lending::send`]): the call is not done,
     /// and its buffers stay the caller's, until they have sent it; and the
@@ -68,12 +69,25 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
 /// this process (addresses by rank, this rank's own included): what the
 /// schedule's peer regions ([`Buf::PeerInput`], [`Buf::PeerOutput`]) are
 /// in. In place, there is no input.
-#[derive(Clone, Debug)]
-pub struct Peers {
+#[derive(Clone, Copy, Debug)]
+pub struct Peers<'a> {
     /// Each rank's send buffer.
-    pub input: Option<Arc<[usize]>>,
+    pub input: Option<&'a [usize]>,
     /// Each rank's receive buffer.
-    pub output: Arc<[usize]>,
+    pub output: &'a [usize],
+}
+
+/// [`Peers`] as a call keeps them (an empty input in place).
+#[derive(Clone, Copy, Debug)]
+struct RawPeers {
+    input: *const [usize],
+    output: *const [usize],
+}
+
+impl RawPeers {
+    fn of(p: Option<Peers<'_>>) -> Option<Self> {
+        p.map(|p| RawPeers { input: p.input.unwrap_or(&[]), output: p.output })
+    }
 }
 
 /// A device call's GPU and its device scratch.
@@ -100,8 +114,9 @@ pub struct Checked {
     /// How its steps share the call's memory with sockets
     /// ([`lend::plan`](crate::algo::lend::plan)).
     lending: Lending,
-    /// Whether the schedule reaches peers' buffers ([`Peers`]).
-    peers: bool,
+    /// How many ranks' buffers the schedule reaches ([`Peers`]): one past
+    /// the highest rank; 0 for none.
+    peers: usize,
     wiring: OnceLock<Arc<Wiring>>,
 }
 
@@ -112,6 +127,14 @@ impl Checked {
         let peers = validate(&sched, &layout)?;
         let lending = crate::algo::lend::plan(&sched, &layout);
         Ok(Checked { sched: Arc::new(sched), layout, lending, peers, wiring: OnceLock::new() })
+    }
+
+    /// Whether `peers` holds every buffer the schedule reaches.
+    #[inline]
+    fn fits(&self, peers: Option<Peers<'_>>) -> bool {
+        let holds = |v: &[usize]| v.len() >= self.peers;
+        let input = self.layout.in_place.is_none() && self.layout.input > 0;
+        self.peers == 0 || peers.is_some_and(|p| holds(p.output) && (!input || p.input.is_some_and(holds)))
     }
 
     /// The schedule's connections (made now by the plan's first call).
@@ -148,7 +171,7 @@ pub struct Plan<'a> {
     /// `CCL_SLOT_STORES` and the group's measurements say); host steps only.
     pub slots_around: bool,
     /// Every rank's buffers, where the schedule reaches them (shared memory).
-    pub peers: Option<Peers>,
+    pub peers: Option<Peers<'a>>,
     /// Whether a message of at most half a slot takes a new place in its
     /// slot each time the ring comes back to it ([`FifoSend::reserve`]):
     /// where every rank has a core of its own, so that the lines written
@@ -173,8 +196,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around, spread, peers } =
             plan;
         let layout = checked.layout;
-        if checked.peers && peers.is_none() || peers.is_some() && device.is_some() {
-            return Err(Error::internal("a schedule over peers' buffers without them, or on a GPU"));
+        if !checked.fits(peers) || peers.is_some() && device.is_some() {
+            return Err(Error::internal("a schedule over peers' buffers without them all, or on a GPU"));
         }
         let size = std::mem::size_of::<T>();
         if size == 0 || std::mem::align_of::<T>() > crate::transport::fifo::SLOT_ALIGN {
@@ -214,7 +237,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             slots_around,
             spread,
             gpu,
-            peers,
+            peers: RawPeers::of(peers),
             lent: SmallVec::new(),
             placed,
             _op: PhantomData,
@@ -253,10 +276,11 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// As [`new`](Self::new), for the new buffers.
     pub unsafe fn reuse(&mut self, plan: &Plan<'_>, input: *const T, output: *mut T) -> bool {
         let same_wiring = plan.checked.wiring.get().is_some_and(|w| Arc::ptr_eq(w, &self.wiring));
-        if !same_wiring || plan.slot_elems != self.slot_elems || plan.device.is_some() || self.gpu.is_some() {
+        let fits = plan.checked.fits(plan.peers);
+        if !same_wiring || !fits || plan.slot_elems != self.slot_elems || plan.device.is_some() || self.gpu.is_some() {
             return false;
         }
-        self.peers.clone_from(&plan.peers);
+        self.peers = RawPeers::of(plan.peers);
         self.input = Self::input_of(&self.layout, input, output);
         self.output = output;
         self.fp = plan.fp.words();
@@ -361,16 +385,24 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 
     fn ptr(&self, r: Region) -> *mut T {
-        let peer = |of: Option<&Arc<[usize]>>, q: usize| of.map_or(0, |v| v[q]) as *mut T;
         let base = match r.buf {
             Buf::Input => self.input as *mut T,
             Buf::Output => self.output,
             Buf::Scratch => self.scratch.as_ptr() as *mut T,
-            Buf::PeerInput(q) => peer(self.peers.as_ref().and_then(|p| p.input.as_ref()), q),
-            Buf::PeerOutput(q) => peer(self.peers.as_ref().map(|p| &p.output), q),
+            Buf::PeerInput(q) | Buf::PeerOutput(q) => match self.peers {
+                Some(p) => {
+                    let of = if matches!(r.buf, Buf::PeerInput(_)) { p.input } else { p.output };
+                    // SAFETY: the addresses the call was given (`new`,
+                    // `reuse`), which live while it runs as its buffers
+                    // do; every peer region's rank has one (`Checked::fits`).
+                    (unsafe { &*of })[q as usize] as *mut T
+                }
+                None => std::ptr::null_mut(),
+            },
         };
         // SAFETY: `r` is a resolved, validated region, so `r.off` is within
-        // (or one past) the buffer `base` points to.
+        // (or one past) the buffer `base` points to (a peer's of the same
+        // allocation, as long as this rank's: `alloc_shared` checked).
         unsafe { base.add(r.off) }
     }
 
@@ -387,6 +419,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 
     /// Moves channel `c` by one slot (or one local step).
+    #[inline]
     fn step(&mut self, c: usize, conns: &mut Conns) -> Result<bool> {
         let (i, u) = self.pcs[c];
         let Some(&st) = self.wiring.sched.channels[c].get(i) else {
@@ -552,11 +585,13 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 }
 
 /// Every region inside its buffer; fused operands identical or disjoint;
-/// whether the schedule reaches peers' buffers (then every rank's buffers
+/// how many ranks' buffers the schedule reaches (then every rank's buffers
 /// only as peers', its own included, and no message but notices: a
 /// connection could lend nothing else).
-fn validate(s: &Schedule, l: &Layout) -> Result<bool> {
-    let peers = s.channels.iter().flatten().flat_map(|st| st.reads().into_iter().chain(st.writes())).any(|g| g.buf.is_peer());
+fn validate(s: &Schedule, l: &Layout) -> Result<usize> {
+    let regions = s.channels.iter().flatten().flat_map(|st| st.reads().into_iter().chain(st.writes()));
+    let reached = regions.filter_map(|g| g.buf.peer()).max().map_or(0, |q| q + 1);
+    let peers = reached > 0;
     for ch in &s.channels {
         for st in ch {
             let mut regs = st.reads();
@@ -588,7 +623,7 @@ fn validate(s: &Schedule, l: &Layout) -> Result<bool> {
             }
         }
     }
-    Ok(peers)
+    Ok(reached)
 }
 
 #[cfg(test)]

@@ -91,6 +91,7 @@ const P2P: u8 = 0xff;
 /// fit any machine's memory); the shared buffers' tag takes the rest.
 pub const COUNT_BITS: u32 = 40;
 
+#[inline]
 fn coll_code(c: Coll) -> u8 {
     match c {
         Coll::Send | Coll::Recv => P2P,
@@ -101,6 +102,7 @@ fn coll_code(c: Coll) -> u8 {
 impl Fingerprint {
     /// The fingerprint of a call, given its type's and operator's
     /// [`name_hash`] (0: no operator).
+    #[inline]
     pub fn new(
         coll: Coll,
         elem_size: usize,
@@ -138,6 +140,7 @@ impl Fingerprint {
     }
 
     /// The words to put in a slot.
+    #[inline]
     pub fn words(&self) -> Words {
         [
             u64::from(coll_code(self.coll)) | u64::from(self.elem_size) << 8 | u64::from(self.root) << 32,

@@ -34,7 +34,7 @@ pub(crate) const P2P_CHANNEL: u32 = 1 << 16;
 const MAX_PLANS: usize = 256;
 
 /// A call to plan and run.
-pub(crate) struct Call<T> {
+pub(crate) struct Call<'a, T> {
     pub coll: Coll,
     pub count: usize,
     pub root: usize,
@@ -47,22 +47,29 @@ pub(crate) struct Call<T> {
     pub device: Option<Stream>,
     /// Where every rank's buffers are, when all of them are shared
     /// (`alloc_shared`) and mapped here.
-    pub shared: Option<OnShared>,
+    pub shared: Option<OnShared<'a>>,
 }
 
-/// The buffers of a call on shared memory: every rank's, as mapped here,
-/// and the numbers of their allocations (equal on every rank that passes
-/// buffers of the same ones).
-#[derive(Clone, Debug)]
-pub(crate) struct OnShared {
-    pub peers: Peers,
-    /// The input's allocation (none in place) and the output's.
-    pub numbers: (Option<u64>, u64),
-    /// Counts the output's calls that reach the peers' buffers.
-    pub calls: Arc<std::sync::atomic::AtomicU64>,
+/// The buffers of a call on shared memory: the input's (none in place)
+/// and the output's allocations.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OnShared<'a> {
+    pub input: Option<&'a Allocation>,
+    pub output: &'a Allocation,
 }
 
-impl<T> Call<T> {
+/// One `alloc_shared` call's buffers, as this rank sees them.
+#[derive(Debug)]
+pub(crate) struct Allocation {
+    /// Every rank's buffer, as mapped here (addresses by rank).
+    pub bases: Box<[usize]>,
+    /// Its number among its group's allocations (equal on every rank).
+    pub number: u64,
+    /// Calls on it as output that reached the peers' buffers.
+    pub calls: std::sync::atomic::AtomicU64,
+}
+
+impl<T> Call<'_, T> {
     /// Bytes of the call's count (a size class, not what it moves).
     pub fn bytes(&self) -> usize {
         self.count.saturating_mul(std::mem::size_of::<T>())
@@ -80,6 +87,7 @@ impl<T> Call<T> {
     }
 
     /// Where the call can run on shared buffers: `Some(in place)`.
+    #[inline]
     fn on_shared(&self) -> Option<bool> {
         self.shared.as_ref().and_then(|_| self.coll.on_shared(self.in_place).then_some(self.in_place))
     }
@@ -135,7 +143,7 @@ impl Planner {
 
     /// The tuner's choice for `call` and its checked schedule: the last
     /// call's if this one is the same, else from the cache or made.
-    fn plan_of<T: Reduce>(&mut self, on: &On<'_>, call: &Call<T>) -> Result<(tune::Choice, &Checked)> {
+    fn plan_of<T: Reduce>(&mut self, on: &On<'_>, call: &Call<'_, T>) -> Result<(tune::Choice, &Checked)> {
         let shared = call.on_shared();
         let size = std::mem::size_of::<T>();
         let quick: CallKey = (call.coll, call.count, call.root, call.in_place, size, shared.is_some());
@@ -181,7 +189,7 @@ impl Planner {
     pub fn prepare<'p, T: Reduce, O: ReduceOp<T>>(
         &'p mut self,
         on: &On<'_>,
-        call: &Call<T>,
+        call: &Call<'p, T>,
         seq: u64,
         slots_around: bool,
     ) -> Result<Prepared<'p>> {
@@ -196,8 +204,8 @@ impl Planner {
         // a schedule that reaches the peers' buffers: those of one allocation on every rank
         let peers = match &call.shared {
             Some(s) if choice.algo == algo::Algo::Direct && call.on_shared().is_some() => {
-                fp = fp.on_shared(s.numbers);
-                let first = s.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+                fp = fp.on_shared((s.input.as_ref().map(|a| a.number), s.output.number));
+                let first = s.output.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
                 if first && on.config.debug >= crate::config::LogLevel::Info {
                     eprintln!(
                         "ccl: rank {}: {} #{seq} of {} bytes and later ones on these buffers: directly through \
@@ -207,7 +215,7 @@ impl Planner {
                         call.bytes()
                     );
                 }
-                Some(s.peers.clone())
+                Some(Peers { input: s.input.map(|a| &a.bases[..]), output: &s.output.bases })
             }
             _ => None,
         };

@@ -3,7 +3,7 @@
 
 use super::{Call, Model};
 use crate::algo::part::npieces;
-use crate::algo::schedule::{Buf, Layout, Region, Step};
+use crate::algo::schedule::{Layout, Region, Step};
 use crate::algo::{generate, Algo, Params};
 use crate::topo::{cpu_of, evenly_oversubscribed, Hosts};
 use std::cmp::Reverse;
@@ -145,7 +145,7 @@ impl Sim<'_> {
         if step.is_local() {
             let mut regions = step.reads();
             regions.extend(step.writes());
-            let remote = |g: &&Region| matches!(g.buf, Buf::PeerInput(q) | Buf::PeerOutput(q) if q != r);
+            let remote = |g: &&Region| g.buf.peer().is_some_and(|q| q != r);
             let elems: usize = regions.iter().filter(remote).map(|g| g.len).sum();
             return elems as f64 / self.fetch[r] * self.elem;
         }

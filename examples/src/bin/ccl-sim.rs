@@ -12,7 +12,7 @@
 use ccl::algo::Coll;
 use ccl::sim::{Bucket, Call, Link, Model};
 use ccl::topo::Hosts;
-use ccl::tune::{predictions, ranked};
+use ccl::tune::{predictions, ranked, ranked_on_shared};
 use ccl_examples::{busbw_factor, parse_bytes};
 use clap::Parser;
 use serde::Deserialize;
@@ -86,6 +86,12 @@ struct Args {
     /// pick is still the tuner's, from the out-of-place times
     #[arg(long)]
     in_place: bool,
+    /// Buffers from `alloc_shared` on every rank: the tuner also weighs
+    /// algorithm `direct` (each rank reading and writing its peers'
+    /// buffers), timed in place or not as asked, and the others out of
+    /// place, as the tuner times them
+    #[arg(long)]
+    shared: bool,
 }
 
 /// `[intra]`: between ranks of one host. Unknown keys are errors, so a
@@ -223,12 +229,19 @@ fn run(a: &Args) -> Result<(), String> {
     let chunk_set = a.chunk.as_deref().map(parse_bytes).transpose()?;
     // a reader that goes away (`ccl-sim ... | head`) ends the program quietly
     let mut o = std::io::stdout().lock();
-    let algos = coll.algos();
+    let mut algos = coll.algos().to_vec();
+    if a.shared && coll.on_shared(a.in_place) {
+        algos.insert(0, ccl::algo::Algo::Direct);
+    }
     outln!(
         o,
         "# ccl-sim: {coll} on {n} ranks ({nh} hosts x {per}), {elem}-byte elements, {}, {}",
         t.name,
-        if a.in_place { "in place" } else { "out of place" }
+        format!(
+            "{}{}",
+            if a.in_place { "in place" } else { "out of place" },
+            if a.shared { ", shared buffers" } else { "" }
+        )
     );
     outln!(
         o,
@@ -252,7 +265,7 @@ fn run(a: &Args) -> Result<(), String> {
         ccl::sim::MAX_STEPS
     );
     out!(o, "# {:>12} {:>12}", "size (B)", "count");
-    for al in algos {
+    for al in &algos {
         out!(o, " {:>10}", al.name());
     }
     outln!(o, " {:>10} {:>12}", "pick", "time (us)");
@@ -270,7 +283,11 @@ fn run(a: &Args) -> Result<(), String> {
         };
         let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
         let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot, in_place: a.in_place };
-        let times = predictions(&call, &hosts, &model);
+        let times = if a.shared {
+            ranked_on_shared(&call, a.in_place, &hosts, &model)
+        } else {
+            predictions(&call, &hosts, &model)
+        };
         out!(o, "  {size:>12} {count:>12}");
         for (al, line) in algos.iter().zip(&mut lines) {
             match times.iter().find(|(x, _)| x == al) {
@@ -287,8 +304,11 @@ fn run(a: &Args) -> Result<(), String> {
             }
         }
         // the tuner times calls out of place, and keeps its choice for in-place ones
-        let chosen =
-            if a.in_place { ranked(&call, &hosts, &model).first().map(|t| t.0) } else { times.first().map(|t| t.0) };
+        let chosen = if a.in_place && !a.shared {
+            ranked(&call, &hosts, &model).first().map(|t| t.0)
+        } else {
+            times.first().map(|t| t.0)
+        };
         match chosen.and_then(|c| times.iter().find(|t| t.0 == c)) {
             Some((pick, secs)) => outln!(o, " {:>10} {:>12.1}", pick.name(), secs * 1e6),
             None => outln!(o),

@@ -101,8 +101,8 @@ fn locate(ranks: &[RankState], r: usize, g: Region) -> Result<(usize, usize, Reg
             let g = ranks[r].layout.resolve(g);
             return Ok((r, bi(g.buf), g));
         }
-        Buf::PeerInput(q) => (q, 0),
-        Buf::PeerOutput(q) => (q, 1),
+        Buf::PeerInput(q) => (q as usize, 0),
+        Buf::PeerOutput(q) => (q as usize, 1),
     };
     let fits = ranks.get(q).is_some_and(|p| g.end() <= p.mem[b].len() && (b == 1 || p.layout.in_place.is_none()));
     if !fits {
@@ -718,7 +718,7 @@ mod tests {
             let mut s = generate(coll, Algo::Direct, p)?;
             let dst = Region::new(Buf::PeerOutput(0), 0, 1);
             let at = fences(&s) / 2;
-            s.channels[0].insert(at, Copy { src: Region::new(Buf::PeerInput(p.rank), 0, 1), dst });
+            s.channels[0].insert(at, Copy { src: Region::new(Buf::PeerInput(p.rank as u32), 0, 1), dst });
             Ok(s)
         };
         let e = verify_with(&Case { in_place: false, ..case.clone() }, &both).expect_err("racing writes");
