@@ -31,6 +31,7 @@ fn case(coll: Coll, algo: Algo, n: usize, count: usize) -> Case {
         channels: 1,
         chunk: slot_elems * nslots / 2,
         in_place: false,
+        around: false,
         hosts: Hosts::flat(n),
         slot_elems,
         nslots,
@@ -80,8 +81,8 @@ fn every_generator_for_1_to_64_ranks() {
 
 /// The schedules on shared buffers (each rank reading and writing its
 /// peers' buffers), every rank count 1..=64, in place and not, in blocks
-/// of 2 elements: results, and no access of a peer's memory unordered
-/// with its owner's or another rank's.
+/// of 2 elements, outputs written around the cache or not: results, and no
+/// access of a peer's memory unordered with its owner's or another rank's.
 #[test]
 fn shared_buffer_schedules_for_1_to_64_ranks() {
     for n in 1..=64usize {
@@ -91,9 +92,11 @@ fn shared_buffer_schedules_for_1_to_64_ranks() {
                     continue;
                 }
                 for count in [0, 1, 7, n.saturating_sub(1), 2 * n + 3] {
-                    let mut c = case(coll, Algo::Direct, n, count);
-                    (c.in_place, c.chunk) = (in_place, 2);
-                    check(&c);
+                    for around in [false, true] {
+                        let mut c = case(coll, Algo::Direct, n, count);
+                        (c.in_place, c.chunk, c.around) = (in_place, 2, around);
+                        check(&c);
+                    }
                 }
             }
         }
@@ -153,6 +156,7 @@ fn any_case() -> impl Strategy<Value = Case> {
             channels,
             chunk: slot_elems * half_slots,
             in_place,
+            around: false,
             hosts: hosts(n, per_host),
             slot_elems,
             nslots: 2 * half_slots,

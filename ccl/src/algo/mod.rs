@@ -223,6 +223,9 @@ pub struct Params<'a> {
     pub chunk: usize,
     /// Whether input and output share one buffer.
     pub in_place: bool,
+    /// Whether the output is written around the cache (large, out of
+    /// place): a schedule that would read it back had better not.
+    pub around: bool,
     /// Ranks per host.
     pub hosts: &'a Hosts,
 }

@@ -61,13 +61,14 @@ pub fn schedule(coll: Coll, p: &Params) -> Result<Schedule, String> {
                 }
                 _ => (me * count, count, vec![(me, if p.in_place { me * count } else { 0 })]),
             };
-            // in place, into this rank's own output; so too where one pass
-            // reduces all (a copy fused with a reduction, two ranks) into
-            // this rank's output alone; else into a block of scratch that
-            // stays in the cache, and from there to each output (which
-            // may go around the cache: none is read back)
+            // into this rank's own output, and from there to the others'
+            // (through the cache: it is read back); but where the output
+            // goes around the cache and is read back (copied to other
+            // ranks, or reduced into more than once), into a block of
+            // scratch that stays in the cache, and from there to each
             let src = |r: usize, off: usize, len: usize| if p.in_place { own(r, off, len) } else { inp(r, off, len) };
-            let into_output = p.in_place || dests.len() == 1 && n <= 2;
+            let read_back = dests.len() > 1 || n > 2;
+            let into_output = p.in_place || !(p.around && read_back);
             let block = p.chunk.max(1);
             let mut at = 0;
             while at < mine {

@@ -342,7 +342,7 @@ mod tests {
             let (count, chunk) = (40 * n + 3, 7);
             let mut total = (0, 0);
             for rank in 0..n {
-                let p = Params { nranks: n, rank, count, root: 0, channels: 1, chunk, in_place: false, hosts: &hosts };
+                let p = Params { nranks: n, rank, count, root: 0, channels: 1, chunk, in_place: false, around: false, hosts: &hosts };
                 let s = all_reduce(&p);
                 let halves = split(0..count, 2);
                 for ((t, ch), half) in double_tree(&p).iter().zip(&s.channels).zip(&halves) {
@@ -376,7 +376,7 @@ mod tests {
             let mut heads_seen = [Vec::new(), Vec::new()];
             for rank in 0..n {
                 let p =
-                    Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: true, hosts: &hosts };
+                    Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: true, around: false, hosts: &hosts };
                 let trees = double_tree(&p);
                 for (t, tree) in trees.iter().enumerate() {
                     let links = tree.parent.iter().chain(&tree.children);

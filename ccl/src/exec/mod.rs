@@ -191,7 +191,10 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// and `output` for reads and writes of `layout.capacity(Output)`
     /// elements (in place: `input` is ignored and `output` covers the
     /// shared buffer), for as long as this `Exec` is advanced, and nothing
-    /// else may access the output memory meanwhile.
+    /// else may access the output memory meanwhile. The same holds for
+    /// every rank's buffers at `plan.peers`, each as long as this rank's,
+    /// but for what the other ranks' schedules touch (which the verifier
+    /// proves disjoint from what this one touches, and ordered by messages).
     pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
         let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around, spread, peers } =
             plan;
@@ -260,8 +263,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// not, where a streaming one must first push it out
     /// (`bench/results/nt-stores.md`).
     fn output_around_cache(layout: &Layout, from: usize) -> bool {
-        let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(std::mem::size_of::<T>());
-        from > 0 && layout.in_place.is_none() && out_bytes >= from
+        writes_around(layout, std::mem::size_of::<T>(), from)
     }
 
     /// Makes this call, once it has finished or before it starts, the next
@@ -584,6 +586,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 }
 
+/// Whether a host call of `layout`, of elements of `elem` bytes, writes its
+/// output around the cache, as [`Plan::around_cache_from`] (`from`) says
+/// and [`Exec`] does: a large output, and not the input's buffer too.
+#[inline]
+pub fn writes_around(layout: &Layout, elem: usize, from: usize) -> bool {
+    let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(elem);
+    from > 0 && layout.in_place.is_none() && out_bytes >= from
+}
+
 /// Every region inside its buffer; fused operands identical or disjoint;
 /// how many ranks' buffers the schedule reaches (then every rank's buffers
 /// only as peers', its own included, and no message but notices: a
@@ -666,7 +677,7 @@ mod tests {
         let count = 16 << 20;
         let hosts = Hosts::flat(2);
         let p =
-            Params { nranks: 2, rank: 0, count, root: 0, channels: 1, chunk: 1 << 18, in_place: false, hosts: &hosts };
+            Params { nranks: 2, rank: 0, count, root: 0, channels: 1, chunk: 1 << 18, in_place: false, around: false, hosts: &hosts };
         let s = generate(Coll::Broadcast, Algo::Ring, &p).expect("schedule");
         let checked = Checked::new(s, Coll::Broadcast.layout(2, 0, count, 0, false)).expect("checked");
         let fp = fingerprint::Fingerprint::new(Coll::Broadcast, 4, 1, 0, count, 0, 0);

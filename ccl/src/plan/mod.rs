@@ -111,8 +111,8 @@ pub(crate) struct Prepared<'p> {
 }
 
 /// What determines a schedule on a given group: collective, algorithm,
-/// count, root, channels, piece size, in place.
-type PlanKey = (Coll, algo::Algo, usize, usize, usize, usize, bool);
+/// count, root, channels, piece size, in place, output around the cache.
+type PlanKey = (Coll, algo::Algo, usize, usize, usize, usize, bool, bool);
 
 /// What a call's choice and plan follow from on its group: collective,
 /// count, root, in place, element size, on shared buffers.
@@ -152,7 +152,10 @@ impl Planner {
         if !repeated {
             let choice = on.tuner.choose(call.coll, call.count, size, on.hosts, on.config, shared);
             // the key determines the layout too (size and rank are the group's)
-            let key = (call.coll, choice.algo, call.count, call.root, choice.channels, choice.chunk, call.in_place);
+            let layout = call.coll.layout(on.size, on.rank, call.count, call.root, call.in_place);
+            let around = crate::exec::writes_around(&layout, size, on.config.nt_stores_min());
+            let (c, count, root, in_place) = (call.coll, call.count, call.root, call.in_place);
+            let key = (c, choice.algo, count, root, choice.channels, choice.chunk, in_place, around);
             let checked = match self.map.get(&key) {
                 Some(c) => Arc::clone(c),
                 None => {
@@ -164,9 +167,9 @@ impl Planner {
                         channels: choice.channels,
                         chunk: choice.chunk,
                         in_place: call.in_place,
+                        around,
                         hosts: on.hosts,
                     };
-                    let layout = call.coll.layout(on.size, on.rank, call.count, call.root, call.in_place);
                     let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
                     let c = Arc::new(Checked::new(s, layout)?);
                     if self.map.len() >= MAX_PLANS {

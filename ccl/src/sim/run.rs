@@ -289,7 +289,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
     let n = hosts.nranks();
     let (mut sched, mut layout) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for rank in 0..n {
-        let p = Params { nranks: n, rank, count, root, channels, chunk, in_place, hosts };
+        let p = Params { nranks: n, rank, count, root, channels, chunk, in_place, around: false, hosts };
         sched.push(generate(coll, algo, &p)?.channels);
         layout.push(coll.layout(n, rank, count, root, in_place));
         if rank == 0 {

@@ -53,6 +53,8 @@ pub struct Case {
     pub chunk: usize,
     /// In place or not.
     pub in_place: bool,
+    /// Whether the output is written around the cache ([`Params::around`]).
+    pub around: bool,
     /// Host grouping.
     pub hosts: Hosts,
     /// Elements per slot.
@@ -202,6 +204,7 @@ fn verify_lending(
             channels: case.channels,
             chunk: case.chunk,
             in_place: case.in_place,
+            around: case.around,
             hosts: &case.hosts,
         };
         let sched = gen(coll, &p)?;
@@ -598,6 +601,7 @@ mod tests {
             channels: 1,
             chunk: 1,
             in_place: false,
+            around: false,
             hosts: Hosts::flat(2),
             slot_elems: 1,
             nslots: 2,
@@ -726,7 +730,8 @@ mod tests {
         // a schedule reaching its own buffers directly as well as a peer's
         let mixed = |coll, p: &Params| {
             let mut s = generate(coll, Algo::Direct, p)?;
-            s.channels[0].push(Copy { src: Region::new(Buf::Input, 0, 1), dst: Region::new(Buf::Scratch, 0, 1) });
+            let own = Region::new(Buf::PeerOutput(p.rank as u32), 0, 1);
+            s.channels[0].push(Copy { src: Region::new(Buf::Input, 0, 1), dst: own });
             Ok(s)
         };
         let e = verify_with(&case, &mixed).expect_err("mixed");
