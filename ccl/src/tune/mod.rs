@@ -217,6 +217,7 @@ impl Tuner {
         };
         let &Call { coll, count, elem, channels, chunk, slot, .. } = call;
         let best = times.first().map_or(coll.algos()[0], |t| t.0);
+        let chunk = if best == Algo::Direct && shared.is_some() { shared_block(elem) } else { chunk };
         if self.loud && cfg.debug >= LogLevel::Info {
             let bytes = count.saturating_mul(elem);
             let why: Vec<String> = times.iter().map(|(a, t)| format!("{a} {:.1} us", t * 1e6)).collect();
