@@ -20,12 +20,8 @@ pub enum Buf {
 }
 
 impl Buf {
-    /// Whether it is a rank's buffer reached through shared memory.
-    pub fn is_peer(self) -> bool {
-        self.peer().is_some()
-    }
-
-    /// The rank whose buffer it is, for a peer's.
+    /// The rank whose buffer it is, for a peer's (reached through shared
+    /// memory).
     pub fn peer(self) -> Option<usize> {
         match self {
             Buf::PeerInput(q) | Buf::PeerOutput(q) => usize::try_from(q).ok(),

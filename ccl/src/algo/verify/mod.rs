@@ -292,7 +292,7 @@ fn shared_memory(ranks: &[RankState]) -> Result<Option<races::Races>, String> {
         let steps = st.sched.channels.iter().flatten();
         steps.flat_map(|s| s.reads().into_iter().chain(s.writes())).collect()
     };
-    let peers = |st: &RankState| regions(st).iter().any(|g| g.buf.is_peer());
+    let peers = |st: &RankState| regions(st).iter().any(|g| g.buf.peer().is_some());
     if !ranks.iter().any(peers) {
         return Ok(None);
     }
