@@ -97,11 +97,13 @@ fn ccl_perf_warms_up_for_a_time_with_its_own_backend_only() {
 
 #[test]
 fn ccl_perf_on_shared_buffers_checks_every_collective() {
-    // 64-256 KiB on 3 ranks: the calls that take shared buffers directly do
-    // so (CCL_DEBUG=INFO names them); the others use them as ordinary memory
+    // 64-256 KiB on 3 ranks with algorithm direct forced: the calls that can
+    // take shared buffers directly do so (CCL_DEBUG=INFO names them); the
+    // others use them as ordinary memory (when the tuner chooses direct is
+    // for ccl's own tests, on a fixed model)
     for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
         let o = Command::new(cclrun())
-            .args(["-np", "3", "-x", "CCL_DEBUG=INFO"])
+            .args(["-np", "3", "-x", "CCL_DEBUG=INFO", "-x", "CCL_ALGO=direct"])
             .arg(bin("ccl-perf"))
             .args(["--shared", "-C", coll, "-b", "64K", "-e", "256K", "-f", "4", "-n", "3", "-w", "1", "-d", "int32"])
             .output()
