@@ -10,7 +10,7 @@
 use super::buffer::{Buffer, BufferMut, Place};
 use super::group::Group;
 use super::request::Request;
-use super::shared::{self, SharedBuffer, Window};
+use super::shared::{self, SharedBuffer};
 use crate::algo::Coll;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{NoOp, ReduceOp};
@@ -26,6 +26,23 @@ pub struct Communicator<T> {
     group: Group,
     timeout: Option<std::time::Duration>,
     _t: PhantomData<fn() -> T>,
+}
+
+/// A blocking call's buffers: where each is (`None`: absent, or ignored
+/// on this rank; in place, the input is `None` and the output is the
+/// buffer), and every rank's, where all of them are shared.
+struct Bufs<'w> {
+    input: Option<Place>,
+    output: Option<Place>,
+    in_place: bool,
+    shared: Option<OnShared<'w>>,
+}
+
+impl Bufs<'_> {
+    /// Buffers of a call that does not run in place (`input` to `output`), as ordinary memory.
+    fn apart(input: Option<Place>, output: Option<Place>) -> Self {
+        Bufs { input, output, in_place: false, shared: None }
+    }
 }
 
 fn size_err(what: &'static str, expected: usize, got: usize) -> Error {
@@ -76,20 +93,14 @@ impl<T: Reduce> Communicator<T> {
         self.group.size()
     }
 
-    /// Numbers the call, checks it, runs it; errors carry rank, call and
-    /// number. `input`/`output` are the buffers (`None`: absent or ignored
-    /// on this rank); in place, `input` is `None` and `output` is the
-    /// buffer. `shared`: every rank's buffers, where they are shared.
-    #[allow(clippy::too_many_arguments)]
+    /// Numbers the call, checks it, runs it on `bufs`; errors carry rank,
+    /// call and number.
     fn blocking<O: ReduceOp<T>>(
         &self,
         coll: Coll,
         check: impl FnOnce() -> Result<()>,
         (count, root): (usize, usize),
-        input: Option<Place>,
-        output: Option<Place>,
-        in_place: bool,
-        shared: Option<OnShared<'_>>,
+        Bufs { input, output, in_place, shared }: Bufs<'_>,
     ) -> Result<()> {
         let seq = self.group.next_seq(coll);
         let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
@@ -187,14 +198,22 @@ impl<T: Reduce> Communicator<T> {
         shared::alloc::<T>(&self.group, len)
     }
 
-    /// Every rank's buffers of a call on `output` and `input` (none in
-    /// place) where both are shared buffers of this communicator.
-    fn shared<'w>(&self, input: Option<Option<&'w Window>>, output: Option<&'w Window>) -> Option<OnShared<'w>> {
-        let input = match input {
-            Some(w) => Some(w?),
-            None => None,
-        };
-        output?.on(&self.group, input)
+    /// `buf`, worked on in place (and every rank's, where it is shared).
+    fn in_place<'w, B: BufferMut<T> + ?Sized>(&self, buf: &'w mut B) -> Bufs<'w> {
+        let output = Some(buf.place_mut());
+        let shared = buf.window().and_then(|w| w.on(&self.group, None));
+        Bufs { input: None, output, in_place: true, shared }
+    }
+
+    /// From `send` into `recv` (and every rank's, where both are shared).
+    fn between<'w, S, R>(&self, send: &'w S, recv: &'w mut R) -> Bufs<'w>
+    where
+        S: Buffer<T> + ?Sized,
+        R: BufferMut<T> + ?Sized,
+    {
+        let (input, output) = (Some(send.place()), Some(recv.place_mut()));
+        let shared = send.window().and_then(|i| recv.window()?.on(&self.group, Some(i)));
+        Bufs { input, output, in_place: false, shared }
     }
 
     /// Reduces `buf` over all ranks, in place: afterwards every rank holds
@@ -215,15 +234,7 @@ impl<T: Reduce> Communicator<T> {
     /// ```
     pub fn all_reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let n = buf.elems();
-        self.blocking::<O>(
-            Coll::AllReduce,
-            || Ok(()),
-            (n, 0),
-            None,
-            Some(buf.place_mut()),
-            true,
-            self.shared(None, buf.window()),
-        )
+        self.blocking::<O>(Coll::AllReduce, || Ok(()), (n, 0), self.in_place(buf))
     }
 
     /// All-reduce from `send` into `recv` (same length).
@@ -235,15 +246,7 @@ impl<T: Reduce> Communicator<T> {
     {
         let (n, rl) = (send.elems(), recv.elems());
         let check = || exact("recv buffer", n, rl);
-        self.blocking::<O>(
-            Coll::AllReduce,
-            check,
-            (n, 0),
-            Some(send.place()),
-            Some(recv.place_mut()),
-            false,
-            self.shared(Some(send.window()), recv.window()),
-        )
+        self.blocking::<O>(Coll::AllReduce, check, (n, 0), self.between(send, recv))
     }
 
     /// Reduces `buf` over all ranks into `root`'s `buf`; other ranks' `buf`
@@ -265,7 +268,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn reduce<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O, root: usize) -> Result<()> {
         let n = buf.elems();
         let check = || self.group.check_root("root", root);
-        self.blocking::<O>(Coll::Reduce, check, (n, root), None, Some(buf.place_mut()), true, None)
+        self.blocking::<O>(Coll::Reduce, check, (n, root), self.in_place(buf))
     }
 
     /// Reduce from `send` into `root`'s `recv` (same length there; ignored,
@@ -286,7 +289,7 @@ impl<T: Reduce> Communicator<T> {
             Ok(())
         };
         let out = (me == root || rl > 0).then(|| recv.place_mut());
-        self.blocking::<O>(Coll::Reduce, check, (n, root), Some(send.place()), out, false, None)
+        self.blocking::<O>(Coll::Reduce, check, (n, root), Bufs::apart(Some(send.place()), out))
     }
 
     /// Copies `root`'s `buf` into every rank's `buf`.
@@ -304,15 +307,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn broadcast<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, root: usize) -> Result<()> {
         let n = buf.elems();
         let check = || self.group.check_root("root", root);
-        self.blocking::<NoOp>(
-            Coll::Broadcast,
-            check,
-            (n, root),
-            None,
-            Some(buf.place_mut()),
-            true,
-            self.shared(None, buf.window()),
-        )
+        self.blocking::<NoOp>(Coll::Broadcast, check, (n, root), self.in_place(buf))
     }
 
     /// Copies `root`'s `send` into every rank's `recv` (`send` is ignored,
@@ -332,7 +327,7 @@ impl<T: Reduce> Communicator<T> {
             Ok(())
         };
         let input = (me == root || sl > 0).then(|| send.place());
-        self.blocking::<NoOp>(Coll::Broadcast, check, (n, root), input, Some(recv.place_mut()), false, None)
+        self.blocking::<NoOp>(Coll::Broadcast, check, (n, root), Bufs::apart(input, Some(recv.place_mut())))
     }
 
     /// Gathers every rank's `send` into `recv` (`size × send.len()`), in rank order.
@@ -352,15 +347,7 @@ impl<T: Reduce> Communicator<T> {
         let (n, rl) = (send.elems(), recv.elems());
         let want = n.saturating_mul(self.size());
         let check = || exact("recv buffer", want, rl);
-        self.blocking::<NoOp>(
-            Coll::AllGather,
-            check,
-            (n, 0),
-            Some(send.place()),
-            Some(recv.place_mut()),
-            false,
-            self.shared(Some(send.window()), recv.window()),
-        )
+        self.blocking::<NoOp>(Coll::AllGather, check, (n, 0), self.between(send, recv))
     }
 
     /// All-gather in place: `buf` holds `size` blocks; this rank's block
@@ -368,15 +355,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_gather_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
         let check = || divisible(len, s);
-        self.blocking::<NoOp>(
-            Coll::AllGather,
-            check,
-            (len / s, 0),
-            None,
-            Some(buf.place_mut()),
-            true,
-            self.shared(None, buf.window()),
-        )
+        self.blocking::<NoOp>(Coll::AllGather, check, (len / s, 0), self.in_place(buf))
     }
 
     /// Reduces `send` (`size × recv.len()`) over all ranks; rank `r` gets
@@ -404,15 +383,7 @@ impl<T: Reduce> Communicator<T> {
         let (n, sl) = (recv.elems(), send.elems());
         let want = n.saturating_mul(self.size());
         let check = || exact("send buffer", want, sl);
-        self.blocking::<O>(
-            Coll::ReduceScatter,
-            check,
-            (n, 0),
-            Some(send.place()),
-            Some(recv.place_mut()),
-            false,
-            self.shared(Some(send.window()), recv.window()),
-        )
+        self.blocking::<O>(Coll::ReduceScatter, check, (n, 0), self.between(send, recv))
     }
 
     /// Reduce-scatter in place: `buf` holds `size` blocks; afterwards this
@@ -421,15 +392,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn reduce_scatter_in_place<B: BufferMut<T> + ?Sized, O: ReduceOp<T>>(&self, buf: &mut B, _op: O) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
         let check = || divisible(len, s);
-        self.blocking::<O>(
-            Coll::ReduceScatter,
-            check,
-            (len / s, 0),
-            None,
-            Some(buf.place_mut()),
-            true,
-            self.shared(None, buf.window()),
-        )
+        self.blocking::<O>(Coll::ReduceScatter, check, (len / s, 0), self.in_place(buf))
     }
 
     /// Sends block `d` of `send` to rank `d` and receives rank `s`'s block
@@ -450,22 +413,14 @@ impl<T: Reduce> Communicator<T> {
     pub fn all_to_all<S: Buffer<T> + ?Sized, R: BufferMut<T> + ?Sized>(&self, send: &S, recv: &mut R) -> Result<()> {
         let (len, rl, s) = (send.elems(), recv.elems(), self.size());
         let check = || exact("recv buffer", len, rl).and_then(|()| divisible(len, s));
-        self.blocking::<NoOp>(
-            Coll::AllToAll,
-            check,
-            (len / s, 0),
-            Some(send.place()),
-            Some(recv.place_mut()),
-            false,
-            None,
-        )
+        self.blocking::<NoOp>(Coll::AllToAll, check, (len / s, 0), self.between(send, recv))
     }
 
     /// All-to-all in place on `buf` (`size × count`).
     pub fn all_to_all_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B) -> Result<()> {
         let (len, s) = (buf.elems(), self.size());
         let check = || divisible(len, s);
-        self.blocking::<NoOp>(Coll::AllToAll, check, (len / s, 0), None, Some(buf.place_mut()), true, None)
+        self.blocking::<NoOp>(Coll::AllToAll, check, (len / s, 0), self.in_place(buf))
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
@@ -496,13 +451,13 @@ impl<T: Reduce> Communicator<T> {
     /// ```
     pub fn send<B: Buffer<T> + ?Sized>(&self, buf: &B, peer: usize) -> Result<()> {
         let check = || self.check_peer(peer);
-        self.blocking::<NoOp>(Coll::Send, check, (buf.elems(), peer), Some(buf.place()), None, false, None)
+        self.blocking::<NoOp>(Coll::Send, check, (buf.elems(), peer), Bufs::apart(Some(buf.place()), None))
     }
 
     /// Receives `buf.len()` elements from `peer`.
     pub fn recv<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, peer: usize) -> Result<()> {
         let check = || self.check_peer(peer);
-        self.blocking::<NoOp>(Coll::Recv, check, (buf.elems(), peer), None, Some(buf.place_mut()), false, None)
+        self.blocking::<NoOp>(Coll::Recv, check, (buf.elems(), peer), Bufs::apart(None, Some(buf.place_mut())))
     }
 
     /// Blocks until every rank has entered the barrier (within this
