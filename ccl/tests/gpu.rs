@@ -1,14 +1,14 @@
 //! Device buffers in the collectives, on an emulated GPU (this machine has
 //! none): every blocking collective × types × ring, tree and recursive
 //! doubling × 1..4 ranks sharing one GPU, against the host reference; and
-//! the bad input a GPU path gets. The emulation runs queued copies and
-//! kernels only when a stream is synchronised, so a missing wait shows as
-//! wrong data. The same matrix runs on a real GPU in integration/gpu/check.sh.
+//! the bad input a GPU path gets. Each emulated stream is a thread of its
+//! own, so a call returns before its work has run, and a missing wait
+//! shows as wrong data (both shown below). The same matrix runs on a real GPU in integration/gpu/check.sh.
 
 mod common;
 
 use ccl::algo::Algo;
-use ccl::gpu::{DeviceBuffer, Gpu};
+use ccl::gpu::{DeviceBuffer, Emulation, Gpu};
 use ccl::testing::{run_local, LocalJob};
 use ccl::{Config, ErrorKind, Sum};
 use common::gpu_matrix::everything_on;
@@ -172,6 +172,46 @@ fn a_device_call_meeting_a_host_call_fails_on_both_sides() {
         assert!(matches!(e.kind(), ErrorKind::Mismatch { .. } | ErrorKind::PeerLost { .. }), "{m}");
         assert!(m.contains("all_reduce #0"), "{m}");
     }
+}
+
+/// Two ranks as threads, rank 0 on emulated GPU `slow` (every copy and
+/// kernel takes `delay`), rank 1 on GPU `fast` with `fast_how`: each
+/// all-reduces fresh random data by the ring, and returns whether its
+/// stream was still busy when the call returned, and its result against
+/// the sum.
+fn slow_and_fast(slow: usize, fast: usize, delay: Duration, fast_how: Emulation) -> Vec<(bool, bool)> {
+    Gpu::emulated(slow).emulate(Emulation { delay, ..Emulation::default() }).expect("must succeed");
+    Gpu::emulated(fast).emulate(fast_how).expect("must succeed");
+    let count = 8192;
+    let ins: Vec<Vec<f32>> = (0..2).map(|_| (0..count).map(|_| rand::random::<f32>()).collect()).collect();
+    let want: Vec<f32> = (0..count).map(|i| ins[0][i] + ins[1][i]).collect();
+    let config = Config { algo: Some(Algo::Ring), buffsize: Some(16384), ..Config::default() };
+    LocalJob::new(2).config(config).run(|g| {
+        let gpu = Gpu::emulated(if g.rank() == 0 { slow } else { fast });
+        let s = gpu.stream().expect("must succeed");
+        let mut d = gpu.upload(&ins[g.rank()], &s).expect("must succeed");
+        g.typed::<f32>().all_reduce(&mut d, Sum).expect("must succeed");
+        let busy = !s.query().expect("must succeed");
+        let got = d.to_vec().expect("must succeed");
+        (busy, got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-6 * b.abs().max(1.0)))
+    })
+}
+
+#[test]
+fn a_device_call_returns_before_the_gpu_has_run_it() {
+    // 8 slots of 4 KiB each way: tens of copies and kernels, 50 ms each on GPU 40
+    let out = slow_and_fast(40, 41, Duration::from_millis(50), Emulation::default());
+    assert!(out[0].0, "the call on the slow GPU returned only once its stream had run it");
+    assert!(out.iter().all(|&(_, right)| right), "{out:?}");
+}
+
+#[test]
+fn a_missing_wait_on_a_flag_shows_as_wrong_data() {
+    // rank 1's first wait (for rank 0's first message) dropped: it reduces
+    // the slot before the slow GPU has filled it
+    let drop = Emulation { drop_wait: Some(1), ..Emulation::default() };
+    let out = slow_and_fast(42, 43, Duration::from_millis(50), drop);
+    assert!(out.iter().any(|&(_, right)| !right), "no rank saw the missing wait: {out:?}");
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -97,10 +97,11 @@ perf() {
     local rc=$?
     cat "$out/p$np"
     [ "$rc" -eq 0 ] || fail=1
-    summary+=("ccl-perf all_reduce np $np: exit $rc; busbw (GB/s) by size:")
-    while read -r size _ _ _ _ _ _ busbw _; do
-        summary+=("$(printf '    %12s B  %8s' "$size" "$busbw")")
+    summary+=("ccl-perf all_reduce np $np: exit $rc; out of place, by size: time (us), busbw (GB/s), host time per call (us)")
+    while read -r size _ _ _ _ time _ busbw _ host _; do
+        summary+=("$(printf '    %12s B  %10s  %8s  %8s' "$size" "$time" "$busbw" "$host")")
     done < <(grep -E '^ +[0-9]+ ' "$out/p$np")
+    summary+=("    $(grep -o 'device-to-device copy of .*' "$out/p$np" || echo 'device-to-device copy: not measured')")
 }
 perf 2
 perf 4

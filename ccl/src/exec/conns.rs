@@ -1,6 +1,6 @@
 //! A communicator's connections, made on first use and kept for its life.
 
-use super::device::{DevRecv, DevSend};
+use super::device::{DevCall, DevMem, DevRecv, DevSend};
 use crate::error::{Error, Result};
 use crate::transport::call_board::{Words, ENTRIES};
 use crate::transport::doorbell::Doorbell;
@@ -14,6 +14,11 @@ pub struct Conns {
     /// first so they drop (unpinning staging memory) before the connections.
     dsends: Vec<Option<DevSend>>,
     drecvs: Vec<Option<DevRecv>>,
+    /// The stream of the last device call, which the next one waits for
+    /// (calls on a communicator run in order on the GPU, whatever their
+    /// streams), and device scratch kept from call to call.
+    dev_last: Option<crate::gpu::Stream>,
+    dev_scratch: Option<DevMem>,
     reg: Arc<Registry>,
     comm: u64,
     me: usize,
@@ -30,6 +35,10 @@ pub struct Conns {
 
 impl Drop for Conns {
     fn drop(&mut self) {
+        if let Some(s) = self.dev_last.take() {
+            // the slots and scratch go below: wait for the calls still using them
+            let _ = s.synchronize();
+        }
         self.drain_device_slots(std::time::Duration::from_secs(2));
     }
 }
@@ -50,6 +59,8 @@ impl Conns {
             recvs: Vec::new(),
             dsends: Vec::new(),
             drecvs: Vec::new(),
+            dev_last: None,
+            dev_scratch: None,
             calls: [(0, [0; 4]); ENTRIES],
         }
     }
@@ -183,15 +194,50 @@ impl Conns {
     }
 
     /// Waits (up to `within`) until every receiver in another process has
-    /// read the device slots it may still be reading, so they are not freed
-    /// under it (peers in this process hold them alive themselves).
+    /// read the device slots it may still be reading (its `done` flag has
+    /// caught up), so they are not freed under it (peers in this process
+    /// hold them alive themselves).
     fn drain_device_slots(&mut self, within: std::time::Duration) {
         let until = std::time::Instant::now() + within;
         for (s, d) in self.sends.iter_mut().zip(&self.dsends) {
-            if matches!(d, Some(d) if !d.staged) && s.read_elsewhere() {
-                while !s.drained() && std::time::Instant::now() < until {
+            if let Some(d) = d.as_ref().filter(|d| !d.staged && s.read_elsewhere()) {
+                while !d.drained() && std::time::Instant::now() < until {
                     std::thread::sleep(std::time::Duration::from_micros(200));
                 }
+            }
+        }
+    }
+
+    /// Orders device call `call` after this communicator's previous one
+    /// (on the GPU: the host waits for neither), and returns device scratch
+    /// of at least `bytes` (0: none), kept for later calls. Growing it
+    /// waits for the calls still using the old one.
+    pub(crate) fn dev_prepare(&mut self, call: &DevCall, bytes: usize) -> crate::Result<u64> {
+        let raw = call.stream.raw();
+        if let Some(last) = &self.dev_last {
+            if last.raw() != raw || last.dev().context() != call.dev.context() {
+                if last.dev().context() == call.dev.context() {
+                    call.dev.join(raw, last.raw())?;
+                } else {
+                    last.synchronize()?;
+                }
+            }
+        }
+        self.dev_last = Some(call.stream.clone());
+        if bytes == 0 {
+            return Ok(0);
+        }
+        match &self.dev_scratch {
+            Some(m) if m.bytes >= bytes && m.dev().context() == call.dev.context() => Ok(m.ptr),
+            _ => {
+                if self.dev_scratch.is_some() {
+                    call.stream.synchronize()?;
+                }
+                self.dev_scratch = None;
+                let m = DevMem::new(&call.dev, bytes)?;
+                let ptr = m.ptr;
+                self.dev_scratch = Some(m);
+                Ok(ptr)
             }
         }
     }

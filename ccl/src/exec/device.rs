@@ -1,15 +1,24 @@
-//! The executor's device side: a call's GPU, stream, kernels and scratch,
-//! and each connection's device slots.
+//! The executor's device side: a call's GPU, stream and kernels, and each
+//! connection's device slots and flags.
 //!
 //! A connection used by a device call starts with one hello message from
 //! the sender (in a host slot, under [`HELLO`] instead of a call's
 //! fingerprint) saying where its device slots are: an IPC handle of the
 //! sender's slot memory (mapped once by a receiver in another process of
 //! the host), the raw address (a receiver in the same process), or
-//! "staged" (a tcp connection: bytes travel in the host slots). After it,
-//! data message `k` of the connection sits in device slot `k % nslots`,
-//! which the sender may overwrite only once host slot `k + 1 - nslots`
-//! has been released, i.e. once the receiver's kernels have read it.
+//! "staged" (a tcp connection: bytes travel in the host slots).
+//!
+//! Data message `k` of the connection sits in device slot `k % nslots`.
+//! Within a host the hand-off happens on the GPUs: after the slots come
+//! two flags, `ready` (messages written, stored by the
+//! sender's stream after it fills a slot) and `done` (messages read,
+//! stored by the receiver's stream after its kernels have read one). The
+//! receiver's stream waits for `ready > k` before it reads message `k`;
+//! the sender's stream waits for `done > k - nslots` before it overwrites
+//! the slot. The hosts only queue that work, and exchange one message per
+//! call and connection (the call's fingerprint, checked by the receiver).
+//! A staged connection hands its slots over on the host, after
+//! synchronising the stream, as the socket needs the bytes there.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::gpu::{Device, Kernels};
@@ -21,6 +30,24 @@ pub const HELLO: [u64; 4] = [0x6363_6c2d_6770_7531; 4];
 const MAGIC: &[u8; 8] = b"ccl-gpu1";
 /// Bytes of a hello.
 const HELLO_BYTES: usize = 128;
+/// Bytes of the flags after a connection's slots (each flag on a line of its own).
+const FLAG_BYTES: usize = 128;
+
+/// The device addresses of a connection's two flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Flags {
+    /// Messages the sender has written.
+    pub ready: u64,
+    /// Messages the receiver has read.
+    pub done: u64,
+}
+
+impl Flags {
+    fn after(base: u64, nslots: usize, slot_bytes: usize) -> Self {
+        let ready = base + (nslots * slot_bytes).next_multiple_of(64) as u64;
+        Flags { ready, done: ready + 64 }
+    }
+}
 
 /// A call's device: where its kernels run and what they are.
 #[derive(Clone, Debug)]
@@ -28,7 +55,7 @@ pub struct DevCall {
     /// The GPU.
     pub dev: Arc<dyn Device>,
     /// The stream the call is ordered on.
-    pub stream: u64,
+    pub stream: crate::gpu::Stream,
     /// The kernels of the call's type and operator.
     pub kernels: Kernels,
 }
@@ -38,11 +65,17 @@ pub struct DevCall {
 pub(crate) struct DevMem {
     dev: Arc<dyn Device>,
     pub ptr: u64,
+    pub bytes: usize,
 }
 
 impl DevMem {
     pub fn new(dev: &Arc<dyn Device>, bytes: usize) -> Result<Self> {
-        Ok(DevMem { dev: Arc::clone(dev), ptr: dev.alloc(bytes.max(1))? })
+        Ok(DevMem { dev: Arc::clone(dev), ptr: dev.alloc(bytes.max(1))?, bytes })
+    }
+
+    /// The device it is memory of.
+    pub fn dev(&self) -> &Arc<dyn Device> {
+        &self.dev
     }
 }
 
@@ -100,6 +133,17 @@ impl DevSend {
         let i = if self.staged { 0 } else { (self.count % self.nslots as u64) as usize };
         self.mem.ptr + (i * self.slot_bytes) as u64
     }
+
+    /// The flags, unless staged.
+    pub fn flags(&self) -> Option<Flags> {
+        (!self.staged).then(|| Flags::after(self.mem.ptr, self.nslots, self.slot_bytes))
+    }
+
+    /// Whether the receiver has read every message sent (a receiver in
+    /// another process reads the slots until then).
+    pub fn drained(&self) -> bool {
+        self.flags().is_none_or(|f| self.mem.dev.read_word(f.done).is_ok_and(|d| d >= self.count))
+    }
 }
 
 /// Where a receiver finds the sender's slots.
@@ -135,6 +179,16 @@ impl DevRecv {
             Source::Staged(m) => m.ptr,
         }
     }
+
+    /// The sender's flags, unless staged.
+    pub fn flags(&self) -> Option<Flags> {
+        let base = match &self.source {
+            Source::Imported(_, p) => *p,
+            Source::Shared(m) => m.ptr,
+            Source::Staged(_) => return None,
+        };
+        Some(Flags::after(base, self.nslots, self.slot_bytes))
+    }
 }
 
 impl Drop for DevRecv {
@@ -159,9 +213,15 @@ impl DevSend {
         if host_slot.len() < HELLO_BYTES {
             return Err(Error::internal("host slots too small for a device hello"));
         }
-        let n = if staged { 1 } else { nslots };
-        let mem = Arc::new(DevMem::new(dev, n * slot_bytes)?);
+        let (n, flags) = if staged { (1, 0) } else { (nslots, FLAG_BYTES) };
+        let mem = Arc::new(DevMem::new(dev, (n * slot_bytes).next_multiple_of(64) + flags)?);
         let handle = if staged { [0u8; 64] } else { dev.export(mem.ptr)? };
+        if !staged {
+            let f = Flags::after(mem.ptr, nslots, slot_bytes);
+            // SAFETY: aligned words of the fresh allocation, which nothing
+            // has queued work on yet.
+            unsafe { dev.write_word(f.ready, 0).and_then(|()| dev.write_word(f.done, 0))? };
+        }
 
         let h = &mut host_slot[..HELLO_BYTES];
         h.fill(0);

@@ -90,10 +90,14 @@ impl RawPeers {
     }
 }
 
-/// A device call's GPU and its device scratch.
+/// A device call's GPU, its device scratch (the communicator's, kept
+/// from call to call) and the connections whose per-call message (the
+/// fingerprint, see [`device`]) has been sent or checked.
 struct OnGpu {
     call: DevCall,
-    scratch: Option<device::DevMem>,
+    scratch: u64,
+    told: SmallVec<[usize; 4]>,
+    heard: SmallVec<[usize; 4]>,
 }
 
 // SAFETY: the raw pointers refer to buffers the caller guarantees stay
@@ -218,8 +222,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let (scratch, gpu) = match device {
             None => (vec![T::zeroed(); sched.scratch], None),
             Some(call) => {
-                let scratch = (sched.scratch > 0).then(|| device::DevMem::new(&call.dev, sched.scratch * size));
-                (Vec::new(), Some(Box::new(OnGpu { call: *call, scratch: scratch.transpose()? })))
+                let scratch = conns.dev_prepare(&call, sched.scratch * size)?;
+                let (told, heard) = (SmallVec::new(), SmallVec::new());
+                (Vec::new(), Some(Box::new(OnGpu { call: *call, scratch, told, heard })))
             }
         };
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
@@ -305,12 +310,18 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         self.pcs.iter().zip(&self.wiring.sched.channels).all(|(&(i, _), ch)| i >= ch.len())
     }
 
-    /// Advances every channel as far as it can go now; `true` if anything moved.
+    /// Advances every channel as far as it can go now; `true` if anything
+    /// moved. A device call queues its channels one after the other on its
+    /// one stream, in the same order on every rank: channels interleaved
+    /// differently on two ranks' streams could wait on each other.
     pub fn advance(&mut self, conns: &mut Conns) -> Result<bool> {
         let mut moved = false;
         for c in 0..self.pcs.len() {
             while self.step(c, conns)? {
                 moved = true;
+            }
+            if self.gpu.is_some() && self.pcs[c].0 < self.wiring.sched.channels[c].len() {
+                break;
             }
         }
         self.forget_sent(conns);
@@ -328,13 +339,14 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     pub fn finish(&mut self, nranks: usize) -> Result<()> {
         let out = self.layout.resolve(Region::new(Buf::Output, 0, self.layout.output));
         if let Some(g) = &self.gpu {
-            let (k, dev, stream) = (&g.call.kernels, &g.call.dev, g.call.stream);
+            let (k, dev, stream) = (&g.call.kernels, &g.call.dev, g.call.stream.raw());
             if k.div.is_some() && out.len > 0 {
                 let l = crate::gpu::Launch::Div { buf: self.dptr(out), ranks: nranks, n: out.len };
-                // SAFETY: a validated region of the output buffer; synchronised below.
+                // SAFETY: a validated region of the output buffer, which the
+                // caller keeps until the stream has passed the call.
                 unsafe { dev.launch(stream, k, l)? };
             }
-            return dev.sync(stream);
+            return Ok(());
         }
         // SAFETY: validated region of the output buffer; no slot or other
         // slice is alive.
@@ -413,11 +425,24 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let base = match r.buf {
             Buf::Input => self.input as u64,
             Buf::Output => self.output as u64,
-            Buf::Scratch => self.gpu.as_ref().and_then(|g| g.scratch.as_ref()).map_or(0, |m| m.ptr),
+            Buf::Scratch => self.gpu.as_ref().map_or(0, |g| g.scratch),
             // (refused in `new`)
             Buf::PeerInput(_) | Buf::PeerOutput(_) => 0,
         };
         base + (r.off * std::mem::size_of::<T>()) as u64
+    }
+
+    /// `Ok` when a message (its bytes and fingerprint) is the one this
+    /// call expects from `peer`: `expected` bytes of this call.
+    fn check_message(&self, peer: usize, (bytes, fp): (usize, [u64; 4]), expected: usize, conns: &Conns) -> Result<()> {
+        if fp != self.fp {
+            let (ours, theirs) = conns.explain(peer, &self.fp, &fp);
+            return Err(Error::new(fingerprint::Fingerprint::mismatch(&ours, &theirs)).with_peer(peer));
+        }
+        if bytes != expected {
+            return Err(Error::new(ErrorKind::MessageSize { expected, got: bytes }).with_peer(peer));
+        }
+        Ok(())
     }
 
     /// Moves channel `c` by one slot (or one local step).
@@ -428,8 +453,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             return Ok(false);
         };
         let (si, ri) = self.wiring.links[c][i];
-        if self.gpu.is_some() && !self.gpu_open(si, ri, &st, conns)? {
-            return Ok(false);
+        if self.gpu.is_some() {
+            return self.gpu_slot(c, st, (si, ri), conns);
         }
         let size = std::mem::size_of::<T>();
         let se = self.slot_elems;
@@ -440,7 +465,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let at = |g: Region| self.layout.resolve(Region::new(g.buf, g.off + off, n));
 
         if let Some(ri) = ri {
-            if self.gpu.is_none() && self.wiring.lending.lands[c][i] && self.placed[c] <= i {
+            if self.wiring.lending.lands[c][i] && self.placed[c] <= i {
                 self.placed[c] = i + 1;
                 self.give_places(c, i, ri, conns);
             }
@@ -449,15 +474,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let incoming = match ri {
             Some(ri) => match conns.recv_at(ri).peek().map_err(|e| e.with_peer(st.recv_peer().unwrap_or(0)))? {
                 Some((p, bytes, fp)) => {
-                    let peer = st.recv_peer().unwrap_or(0);
-                    if fp != self.fp {
-                        let (ours, theirs) = conns.explain(peer, &self.fp, &fp);
-                        return Err(Error::new(fingerprint::Fingerprint::mismatch(&ours, &theirs)).with_peer(peer));
-                    }
-                    if bytes != n * size {
-                        let e = Error::new(ErrorKind::MessageSize { expected: n * size, got: bytes });
-                        return Err(e.with_peer(peer));
-                    }
+                    self.check_message(st.recv_peer().unwrap_or(0), (bytes, fp), n * size, conns)?;
                     Some(p as *const T)
                 }
                 None => return Ok(false),
@@ -475,27 +492,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             },
             None => None,
         };
-        let mut lend = None;
+        let lend;
         // local steps taken (0: a slot of a step with messages)
-        let local = if self.gpu.is_some() {
-            let local = usize::from(st.is_local());
-            // a local step covers its whole region at once, a slot step one slot of it
-            let (src, dst, elems) = match st {
-                Step::Copy { src, dst } | Step::Reduce { src, dst } => {
-                    let d = self.layout.resolve(dst);
-                    (Some(self.layout.resolve(src)), Some(d), d.len)
-                }
-                _ => (st.reads().first().copied().map(at), st.writes().map(at), n),
-            };
-            let io = on_gpu::Io {
-                host_in: incoming.map(|p| p as *const u8),
-                host_out: outgoing.map(|p| p as *mut u8),
-                si,
-                ri,
-            };
-            self.gpu_step(st, src, dst, elems, io, conns)?;
-            local
-        } else {
+        let local = {
             let mode = self.wiring.lending.send[c][i];
             let lends = mode != SendMode::Slot && si.is_some_and(|si| conns.send_lends(si));
             if self.wiring.lending.takes_back[c][i] && !self.lent.is_empty() {

@@ -1,6 +1,9 @@
 //! The executor's steps on device buffers: opening a connection's device
-//! slots (the hello, see [`device`](super::device)) and running one step
-//! as copies and kernels on the call's stream.
+//! slots (the hello, see [`device`](super::device)), the one message per
+//! call and connection that checks the calls match, and queueing each
+//! slot of a step as copies, kernels and flag operations on the call's
+//! stream. Nothing here waits for the GPU but a staged (tcp) connection,
+//! whose bytes must reach the host.
 
 use super::{device, Conns, Exec};
 use crate::algo::{Region, Step};
@@ -9,7 +12,8 @@ use crate::op::ReduceOp;
 use crate::plan::fingerprint;
 use crate::Reduce;
 
-/// A device step's slots: the host slots claimed and their connections.
+/// A device step's slots: the host slots claimed (staged connections) and
+/// the connections.
 pub(super) struct Io {
     pub host_in: Option<*const u8>,
     pub host_out: Option<*mut u8>,
@@ -71,9 +75,105 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         Ok(true)
     }
 
-    /// One step of a device call: copies and kernels on the call's stream,
-    /// waited for before the slots go back to the transports.
-    pub(super) fn gpu_step(
+    /// Sends and checks this call's message on each of the step's
+    /// connections that hand off on the device, once per call (staged
+    /// ones check every message); `false` while a slot is full or the
+    /// peer's message has not come.
+    fn gpu_greet(&mut self, st: &Step, (si, ri): (Option<usize>, Option<usize>), conns: &mut Conns) -> Result<bool> {
+        let Some(g) = &self.gpu else { return Ok(true) };
+        let flagged_send = si.filter(|&si| !g.told.contains(&si) && conns.dev_send(si).as_ref().is_some_and(|d| !d.staged));
+        let flagged_recv =
+            ri.filter(|&ri| !g.heard.contains(&ri) && conns.dev_recv(ri).as_ref().is_some_and(|d| d.flags().is_some()));
+        if let Some(ri) = flagged_recv {
+            let peer = st.recv_peer().unwrap_or(0);
+            let Some((_, bytes, fp)) = conns.recv_at(ri).peek().map_err(|e| e.with_peer(peer))? else {
+                return Ok(false);
+            };
+            self.check_message(peer, (bytes, fp), 0, conns)?;
+            conns.recv_at(ri).release();
+            if let Some(g) = self.gpu.as_mut() {
+                g.heard.push(ri);
+            }
+        }
+        if let Some(si) = flagged_send {
+            let peer = st.send_peer().unwrap_or(0);
+            if conns.send_at(si).reserve(0, false).map_err(|e| e.with_peer(peer))?.is_none() {
+                return Ok(false);
+            }
+            conns.send_at(si).post(0, &self.fp);
+            if let Some(g) = self.gpu.as_mut() {
+                g.told.push(si);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Queues one slot (or one local step) of channel `c`, at step `st`
+    /// over connections `links`, on the call's stream.
+    pub(super) fn gpu_slot(
+        &mut self,
+        c: usize,
+        st: Step,
+        (si, ri): (Option<usize>, Option<usize>),
+        conns: &mut Conns,
+    ) -> Result<bool> {
+        if !self.gpu_open(si, ri, &st, conns)? || !self.gpu_greet(&st, (si, ri), conns)? {
+            return Ok(false);
+        }
+        let (i, u) = self.pcs[c];
+        let (size, se, len) = (std::mem::size_of::<T>(), self.slot_elems, st.len());
+        let n = len.saturating_sub(u * se).min(se);
+        // staged connections carry the bytes in their host slots: claim them first
+        let staged_in = ri.filter(|&ri| conns.dev_recv(ri).as_ref().is_some_and(|d| d.flags().is_none()));
+        let staged_out = si.filter(|&si| conns.dev_send(si).as_ref().is_some_and(|d| d.staged));
+        let host_in = match staged_in {
+            Some(ri) => {
+                let peer = st.recv_peer().unwrap_or(0);
+                let Some((p, bytes, fp)) = conns.recv_at(ri).peek().map_err(|e| e.with_peer(peer))? else {
+                    return Ok(false);
+                };
+                self.check_message(peer, (bytes, fp), n * size, conns)?;
+                Some(p)
+            }
+            None => None,
+        };
+        let host_out = match staged_out {
+            Some(si) => {
+                let peer = st.send_peer().unwrap_or(0);
+                match conns.send_at(si).reserve(n * size, false).map_err(|e| e.with_peer(peer))? {
+                    Some(p) => Some(p),
+                    None => return Ok(false),
+                }
+            }
+            None => None,
+        };
+        // a local step covers its whole region at once, a slot step one slot of it
+        let at = |g: Region| self.layout.resolve(Region::new(g.buf, g.off + u * se, n));
+        let (src, dst, elems) = match st {
+            Step::Copy { src, dst } | Step::Reduce { src, dst } => {
+                let d = self.layout.resolve(dst);
+                (Some(self.layout.resolve(src)), Some(d), d.len)
+            }
+            _ => (st.reads().first().copied().map(at), st.writes().map(at), n),
+        };
+        self.gpu_step(st, src, dst, elems, Io { host_in, host_out, si, ri }, conns)?;
+        if let Some(si) = staged_out {
+            conns.send_at(si).post(n * size, &self.fp);
+        }
+        if let Some(ri) = staged_in {
+            conns.recv_at(ri).release();
+        }
+        let slots = len.div_ceil(se).max(1);
+        self.pcs[c] = if st.is_local() || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
+        Ok(true)
+    }
+
+    /// One slot of a device step, queued on the call's stream: the waits
+    /// for the incoming message and for a free outgoing slot, the copy or
+    /// kernel, and the flags that say both are done. A staged side copies
+    /// through its host slot and synchronises the stream, before the slot
+    /// goes back to the transport.
+    fn gpu_step(
         &mut self,
         st: Step,
         src: Option<Region>,
@@ -84,35 +184,41 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     ) -> Result<()> {
         use crate::gpu::Launch;
         let Some(g) = &self.gpu else { return Err(Error::internal("device step without a device")) };
-        let (dev, stream, k) = (&g.call.dev, g.call.stream, &g.call.kernels);
+        let (dev, stream, k) = (&g.call.dev, g.call.stream.raw(), &g.call.kernels);
         let bytes = n * std::mem::size_of::<T>();
         let missing = || Error::internal("device step on a connection without device slots");
-        let slot_in = match io.ri {
-            Some(ri) => {
-                let r = conns.dev_recv(ri).as_ref().ok_or_else(missing)?;
-                if let (device::Source::Staged(m), Some(h)) = (&r.source, io.host_in) {
-                    // SAFETY: the peeked host slot holds `bytes` (checked) until
-                    // released, which is after the sync below.
-                    unsafe { dev.copy(stream, m.ptr, h as u64, bytes)? };
-                }
-                r.slot()
+        let (mut slot_in, mut flags_in, mut count_in) = (0, None, 0);
+        if let Some(ri) = io.ri {
+            let r = conns.dev_recv(ri).as_ref().ok_or_else(missing)?;
+            (slot_in, flags_in, count_in) = (r.slot(), r.flags(), r.count);
+            if let (device::Source::Staged(m), Some(h)) = (&r.source, io.host_in) {
+                // SAFETY: the peeked host slot holds `bytes` (checked) until
+                // released, which is after the sync below.
+                unsafe { dev.copy(stream, m.ptr, h as u64, bytes)? };
             }
-            None => 0,
-        };
-        let (slot_out, staged_out) = match io.si {
-            Some(si) => {
-                let s = conns.dev_send(si).as_ref().ok_or_else(missing)?;
-                (s.slot(), s.staged)
-            }
-            None => (0, false),
-        };
+        }
+        let (mut slot_out, mut flags_out, mut count_out, mut nslots) = (0, None, 0, 1);
+        if let Some(si) = io.si {
+            let s = conns.dev_send(si).as_ref().ok_or_else(missing)?;
+            (slot_out, flags_out, count_out, nslots) = (s.slot(), s.flags(), s.count, s.nslots as u64);
+        }
         let (s, d) = (src.map_or(0, |r| self.dptr(r)), dst.map_or(0, |r| self.dptr(r)));
-        if n > 0 {
-            // SAFETY: regions were validated against their buffers in `new`
-            // (device addresses of the caller's buffers and our scratch), slots
-            // hold at least `n` elements, and everything queued here has run
-            // by the sync below, before any slot or buffer is handed on.
-            unsafe {
+        // SAFETY: regions were validated against their buffers in `new`
+        // (device addresses of the caller's buffers, which it keeps until
+        // the stream has passed the call, and the communicator's scratch,
+        // kept while calls may use it); slots hold at least `n` elements;
+        // flags are words of the slots' allocations, alive until every
+        // receiver has read the connection (`Conns`); and a slot is written
+        // only after the receiver's `done` says it has been read, read only
+        // after the sender's `ready` says it is full.
+        unsafe {
+            if let Some(f) = flags_in {
+                dev.wait_value(stream, f.ready, count_in + 1)?;
+            }
+            if let Some(f) = flags_out.filter(|_| count_out >= nslots) {
+                dev.wait_value(stream, f.done, count_out + 1 - nslots)?;
+            }
+            if n > 0 {
                 match st {
                     Step::Send { .. } => dev.copy(stream, slot_out, s, bytes)?,
                     Step::Recv { .. } => dev.copy(stream, d, slot_in, bytes)?,
@@ -140,12 +246,20 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     // (empty: `n` is 0)
                     Step::Notify { .. } | Step::Wait { .. } => {}
                 }
-                if let (true, Some(h)) = (staged_out, io.host_out) {
+                if let Some(h) = io.host_out {
                     dev.copy(stream, h as u64, slot_out, bytes)?;
                 }
             }
+            if let Some(f) = flags_in {
+                dev.write_value(stream, f.done, count_in + 1)?;
+            }
+            if let Some(f) = flags_out {
+                dev.write_value(stream, f.ready, count_out + 1)?;
+            }
         }
-        dev.sync(stream)?;
+        if io.host_in.is_some() || io.host_out.is_some() {
+            dev.sync(stream)?;
+        }
         if let Some(si) = io.si {
             conns.dev_send(si).as_mut().ok_or_else(missing)?.count += 1;
         }

@@ -51,12 +51,19 @@ impl Gpu {
     }
 
     /// An emulated GPU for tests: "device" memory is host memory that only
-    /// this device's calls may touch, and queued work runs when its stream
-    /// is synchronised. Handles with the same `ordinal` made in one process
+    /// this device's calls may touch, and each stream is a thread that runs
+    /// its queued work in order, as the GPU would. Handles with the same `ordinal` made in one process
     /// are one device (one context), like ranks sharing a GPU.
     #[doc(hidden)]
     pub fn emulated(ordinal: usize) -> Self {
         Gpu { dev: super::emu::Emu::get(ordinal) }
+    }
+
+    /// Makes an emulated GPU misbehave as a test asks (see [`Emulation`](super::Emulation));
+    /// an error on a real one.
+    #[doc(hidden)]
+    pub fn emulate(&self, how: super::Emulation) -> Result<()> {
+        self.dev.emulate(how)
     }
 
     /// What this GPU is.
@@ -142,6 +149,12 @@ impl Stream {
         self.inner.dev.sync(self.inner.raw)
     }
 
+    /// Whether everything queued on this stream has run, without waiting
+    /// (`cuStreamQuery`); an error the stream met.
+    pub fn query(&self) -> Result<bool> {
+        self.inner.dev.idle(self.inner.raw)
+    }
+
     /// The raw `CUstream`.
     pub fn raw(&self) -> u64 {
         self.inner.raw
@@ -209,6 +222,23 @@ impl<T: Reduce> DeviceBuffer<T> {
         Gpu { dev: Arc::clone(self.stream.dev()) }.same(stream)?;
         self.stream = stream.clone();
         Ok(())
+    }
+
+    /// Queues a copy of `src` (the same length, GPU and context) into this
+    /// buffer on this buffer's stream, after the work queued on either
+    /// buffer's stream, and returns without waiting for it.
+    pub fn copy_from(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
+        self.check_len(src.len)?;
+        let dev = Arc::clone(self.stream.dev());
+        Gpu { dev: Arc::clone(&dev) }.same(&src.stream)?;
+        if src.stream.raw() != self.stream.raw() {
+            dev.join(self.stream.raw(), src.stream.raw())?;
+        }
+        let bytes = self.len * std::mem::size_of::<T>();
+        // SAFETY: both buffers hold `bytes` bytes of this device's memory
+        // and stay allocated until their streams have passed the copy (a
+        // buffer's drop synchronises its stream first).
+        unsafe { dev.copy(self.stream.raw(), self.ptr, src.ptr, bytes) }
     }
 
     /// Copies `data` in (same length), waiting for the copy.

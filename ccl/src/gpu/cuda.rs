@@ -34,6 +34,9 @@ pub(crate) struct Cuda {
     modules: Mutex<HashMap<Arc<str>, Raw<sys::CUmodule>>>,
     functions: Mutex<HashMap<String, Raw<sys::CUfunction>>>,
     streams: Mutex<HashMap<u64, Arc<CudaStream>>>,
+    /// A stream of ccl's own for reading and writing flags from the host
+    /// (non-blocking: it waits for no other stream).
+    own: Arc<CudaStream>,
 }
 
 impl std::fmt::Debug for Cuda {
@@ -82,7 +85,15 @@ impl Cuda {
         // compiled-PTX cache is keyed by it)
         let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
         let (modules, functions, streams) = (Mutex::default(), Mutex::default(), Mutex::default());
-        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams }))
+        let own = ctx.new_stream().map_err(|e| Error::device(format!("GPU {ordinal}: new stream: {e:?}")))?;
+        let ops = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
+        if ctx.attribute(ops).unwrap_or(0) == 0 {
+            return Err(Error::device(format!(
+                "GPU {ordinal} ({name}) cannot wait on 64-bit flags from a stream (CAN_USE_64_BIT_STREAM_MEM_OPS \
+                 is 0), which ccl's device hand-offs need"
+            )));
+        }
+        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams, own }))
     }
 
     fn bind(&self) -> Result<()> {
@@ -202,6 +213,65 @@ impl Device for Cuda {
             )
         };
         check(r, name)
+    }
+    unsafe fn write_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
+        self.bind()?;
+        let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        // SAFETY: per the contract, `addr` is a valid aligned word until the stream passes it.
+        let r = unsafe { sys::cuStreamWriteValue64_v2(stream as sys::CUstream, addr, value, flags) };
+        check(r, "cuStreamWriteValue64")
+    }
+    unsafe fn wait_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
+        self.bind()?;
+        let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        // SAFETY: as in `write_value`.
+        let r = unsafe { sys::cuStreamWaitValue64_v2(stream as sys::CUstream, addr, value, flags) };
+        check(r, "cuStreamWaitValue64")
+    }
+    fn join(&self, later: u64, earlier: u64) -> Result<()> {
+        self.bind()?;
+        let mut ev: sys::CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: an out-pointer; the event is destroyed below, which the
+        // driver defers until the wait on it has been satisfied.
+        check(unsafe { sys::cuEventCreate(&mut ev, flags) }, "cuEventCreate")?;
+        // SAFETY: a fresh event and two streams of this context (checked by callers).
+        let r = unsafe {
+            check(sys::cuEventRecord(ev, earlier as sys::CUstream), "cuEventRecord")
+                .and_then(|()| check(sys::cuStreamWaitEvent(later as sys::CUstream, ev, 0), "cuStreamWaitEvent"))
+        };
+        // SAFETY: created above, destroyed once.
+        unsafe { sys::cuEventDestroy_v2(ev) };
+        r
+    }
+    fn idle(&self, stream: u64) -> Result<bool> {
+        self.bind()?;
+        // SAFETY: a stream handle of this context (checked by callers) or 0.
+        match unsafe { sys::cuStreamQuery(stream as sys::CUstream) } {
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check(r, "cuStreamQuery").map(|()| true),
+        }
+    }
+    fn read_word(&self, addr: u64) -> Result<u64> {
+        self.bind()?;
+        let mut v = 0u64;
+        let own = self.own.cu_stream();
+        // SAFETY: an aligned device word (per the callers) into a local,
+        // which lives until the synchronisation of ccl's own stream.
+        unsafe {
+            check(sys::cuMemcpyDtoHAsync_v2(&mut v as *mut u64 as *mut c_void, addr, 8, own), "reading a flag")?;
+            check(sys::cuStreamSynchronize(own), "reading a flag")?;
+        }
+        Ok(v)
+    }
+    unsafe fn write_word(&self, addr: u64, value: u64) -> Result<()> {
+        self.bind()?;
+        let own = self.own.cu_stream();
+        // SAFETY: per the contract; the local lives until the synchronisation.
+        unsafe {
+            check(sys::cuMemcpyHtoDAsync_v2(addr, &value as *const u64 as *const c_void, 8, own), "writing a flag")?;
+            check(sys::cuStreamSynchronize(own), "writing a flag")
+        }
     }
     fn sync(&self, stream: u64) -> Result<()> {
         self.bind()?;

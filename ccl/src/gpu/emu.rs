@@ -1,23 +1,30 @@
 //! An emulated GPU for tests without one: device memory is host memory
-//! that this module hands out and recognises, streams are queues that run
-//! only when synchronised (so a copy or kernel the caller forgot to wait
-//! for has not happened yet, as on a GPU), and kernels run as the host
-//! functions of [`Kernels`]. Each allocation is a memfd mapped shared,
-//! so an IPC handle (process id, descriptor, length) lets another process
-//! of this host map it through `/proc/<pid>/fd/<fd>`, the way ranks that
-//! share a GPU map each other's memory with CUDA IPC.
+//! that this module hands out and recognises, and each stream is a worker
+//! thread that runs its copies, kernels (the host functions of
+//! [`Kernels`]) and flag operations in order, concurrently with the host
+//! and with the other streams, as on a GPU: work the caller forgot to wait
+//! for may not have happened yet, and a wait on a flag blocks only its
+//! stream. A wait that outlasts its limit fails the stream (every later
+//! synchronisation reports it), so a missing flag is a reported deadlock,
+//! not a hang. Each allocation is a memfd mapped shared, so an IPC handle
+//! (process id, descriptor, length) lets another process of this host map
+//! it through `/proc/<pid>/fd/<fd>`, the way ranks that share a GPU map
+//! each other's memory with CUDA IPC.
 
-use super::{Device, Kernels, Launch, Memory};
+use super::{Device, Emulation, Kernels, Launch, Memory};
 use crate::error::{Error, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Emulated devices by ordinal.
 static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<Emu>>>> = OnceLock::new();
 /// Stream ids, unique across devices (0 is no stream).
 static STREAMS: AtomicU64 = AtomicU64::new(1);
 const MAGIC: &[u8; 8] = b"ccl-emu\0";
+/// How long a flag wait lasts by default before its stream fails.
+const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 /// One allocation: its length and the memfd behind it.
 #[derive(Clone, Copy)]
@@ -27,8 +34,116 @@ struct Alloc {
 }
 
 enum Work {
-    Copy { dst: u64, src: u64, bytes: usize },
+    Copy {
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    },
     Launch(Box<Kernels>, Launch),
+    Write {
+        addr: u64,
+        value: u64,
+    },
+    Wait {
+        addr: u64,
+        value: u64,
+    },
+    /// Waits until `lane` has run `upto` operations.
+    After {
+        lane: Arc<Lane>,
+        upto: u64,
+    },
+}
+
+/// One emulated stream: its queue, and how far its worker has got.
+#[derive(Default)]
+struct Lane {
+    state: Mutex<LaneState>,
+    moved: Condvar,
+}
+
+#[derive(Default)]
+struct LaneState {
+    ops: VecDeque<Work>,
+    /// Operations ever queued, and those finished (run, or dropped after a failure).
+    queued: u64,
+    ran: u64,
+    /// What failed the stream (sticky, as a CUDA error is).
+    failed: Option<String>,
+    /// The stream was destroyed: the worker ends once the queue is empty.
+    closed: bool,
+}
+
+impl Lane {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LaneState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the worker of a new lane.
+    fn start(emu: std::sync::Weak<Emu>, id: u64) -> Arc<Lane> {
+        let lane = Arc::new(Lane::default());
+        let l = Arc::clone(&lane);
+        let _ = std::thread::Builder::new().name(format!("ccl-emu-stream-{id}")).spawn(move || l.work(&emu, id));
+        lane
+    }
+
+    fn work(&self, emu: &std::sync::Weak<Emu>, id: u64) {
+        loop {
+            let w = {
+                let mut s = self.lock();
+                loop {
+                    if let Some(w) = s.ops.pop_front() {
+                        break w;
+                    }
+                    if s.closed {
+                        return;
+                    }
+                    s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let how = emu.upgrade().map(|e| *e.how.lock().unwrap_or_else(|e| e.into_inner())).unwrap_or_default();
+            // SAFETY: whoever queued the work promised its pointers stay
+            // valid until the stream has passed it, which is now.
+            let r = unsafe { run(w, &how) };
+            let mut s = self.lock();
+            s.ran += 1;
+            if let Err(e) = r {
+                s.failed = Some(format!("emulated stream {id:#x}: {e}"));
+                s.ran += s.ops.len() as u64;
+                s.ops.clear();
+            }
+            self.moved.notify_all();
+        }
+    }
+
+    fn push(&self, w: Work) -> Result<()> {
+        let mut s = self.lock();
+        if let Some(f) = &s.failed {
+            return Err(Error::device(f.clone()));
+        }
+        s.ops.push_back(w);
+        s.queued += 1;
+        self.moved.notify_all();
+        Ok(())
+    }
+
+    /// Waits until the worker has run `upto` operations, up to `limit`.
+    fn reach(&self, upto: u64, limit: Option<Instant>) -> Result<()> {
+        let mut s = self.lock();
+        while s.ran < upto {
+            let left = match limit {
+                Some(t) => t.checked_duration_since(Instant::now()).ok_or_else(|| {
+                    Error::device("another stream it was joined to did not finish in the time allowed")
+                })?,
+                None => Duration::from_secs(3600),
+            };
+            s = self.moved.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        match &s.failed {
+            Some(f) => Err(Error::device(f.clone())),
+            None => Ok(()),
+        }
+    }
 }
 
 /// One emulated GPU.
@@ -37,7 +152,10 @@ pub(crate) struct Emu {
     allocs: Mutex<BTreeMap<u64, Alloc>>,
     /// Mappings of other processes' allocations, by address: their lengths.
     imports: Mutex<HashMap<u64, usize>>,
-    streams: Mutex<HashMap<u64, Vec<Work>>>,
+    streams: Mutex<HashMap<u64, Arc<Lane>>>,
+    how: Mutex<Emulation>,
+    /// Waits queued since the last [`Device::emulate`].
+    waits: AtomicU64,
 }
 
 impl std::fmt::Debug for Emu {
@@ -52,8 +170,14 @@ impl Emu {
         let all = DEVICES.get_or_init(Default::default);
         let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
         let d = all.entry(ordinal).or_insert_with(|| {
-            let streams = Mutex::new(HashMap::from([(0, Vec::new())]));
-            Arc::new(Emu { ordinal, allocs: Mutex::default(), imports: Mutex::default(), streams })
+            Arc::new_cyclic(|me| Emu {
+                ordinal,
+                allocs: Mutex::default(),
+                imports: Mutex::default(),
+                streams: Mutex::new(HashMap::from([(0, Lane::start(me.clone(), 0))])),
+                how: Mutex::default(),
+                waits: AtomicU64::new(0),
+            })
         });
         Arc::clone(d) as Arc<dyn Device>
     }
@@ -63,13 +187,15 @@ impl Emu {
         a.range(..=ptr).next_back().is_some_and(|(&start, a)| ptr < start + a.len as u64)
     }
 
+    fn lane(&self, stream: u64) -> Result<Arc<Lane>> {
+        let s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        s.get(&stream).cloned().ok_or_else(|| {
+            Error::device(format!("stream {stream:#x} is not a stream of {} (another context's?)", self.describe()))
+        })
+    }
+
     fn queue(&self, stream: u64, w: Work) -> Result<()> {
-        let mut s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        let q = s
-            .get_mut(&stream)
-            .ok_or_else(|| Error::device(format!("stream {stream:#x} is not a stream of {}", self.describe())))?;
-        q.push(w);
-        Ok(())
+        self.lane(stream)?.push(w)
     }
 }
 
@@ -137,39 +263,67 @@ impl Device for Emu {
         k.name_of(&l)?;
         self.queue(stream, Work::Launch(Box::new(k.clone()), l))
     }
-    fn sync(&self, stream: u64) -> Result<()> {
-        let work = {
-            let mut s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-            let q = s
-                .get_mut(&stream)
-                .ok_or_else(|| Error::device(format!("stream {stream:#x} is not a stream of {}", self.describe())))?;
-            std::mem::take(q)
-        };
-        for w in work {
-            // SAFETY: whoever queued the work promised its pointers stay valid
-            // until the stream has passed it, which is now.
-            unsafe { run(w) };
+    unsafe fn write_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
+        self.queue(stream, Work::Write { addr, value })
+    }
+    unsafe fn wait_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
+        let n = self.waits.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.how.lock().unwrap_or_else(|e| e.into_inner()).drop_wait == Some(n) {
+            return Ok(());
         }
+        self.queue(stream, Work::Wait { addr, value })
+    }
+    fn join(&self, later: u64, earlier: u64) -> Result<()> {
+        let lane = self.lane(earlier)?;
+        let upto = lane.lock().queued;
+        self.queue(later, Work::After { lane, upto })
+    }
+    fn idle(&self, stream: u64) -> Result<bool> {
+        let lane = self.lane(stream)?;
+        let s = lane.lock();
+        match &s.failed {
+            Some(f) => Err(Error::device(f.clone())),
+            None => Ok(s.ran >= s.queued),
+        }
+    }
+    fn sync(&self, stream: u64) -> Result<()> {
+        let lane = self.lane(stream)?;
+        let upto = lane.lock().queued;
+        lane.reach(upto, None)
+    }
+    fn read_word(&self, addr: u64) -> Result<u64> {
+        // SAFETY: per the callers, an aligned flag word of live device
+        // memory (host memory here), read atomically.
+        Ok(unsafe { AtomicU64::from_ptr(addr as *mut u64) }.load(Ordering::Acquire))
+    }
+    unsafe fn write_word(&self, addr: u64, value: u64) -> Result<()> {
+        // SAFETY: per the contract, an aligned, live word.
+        unsafe { AtomicU64::from_ptr(addr as *mut u64) }.store(value, Ordering::Release);
+        Ok(())
+    }
+    fn emulate(&self, how: Emulation) -> Result<()> {
+        *self.how.lock().unwrap_or_else(|e| e.into_inner()) = how;
+        self.waits.store(0, Ordering::Relaxed);
         Ok(())
     }
     fn new_stream(&self) -> Result<u64> {
         let id = STREAMS.fetch_add(1, Ordering::Relaxed);
-        self.streams.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Vec::new());
+        let me = DEVICES
+            .get()
+            .and_then(|m| m.lock().unwrap_or_else(|e| e.into_inner()).get(&self.ordinal).map(Arc::downgrade))
+            .unwrap_or_default();
+        self.streams.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Lane::start(me, id));
         Ok(id)
     }
     fn stream_context(&self, stream: u64) -> Result<u64> {
-        if self.streams.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&stream) {
-            Ok(self.context())
-        } else {
-            Err(Error::device(format!(
-                "stream {stream:#x} is not a stream of {} (another context's?)",
-                self.describe()
-            )))
-        }
+        self.lane(stream).map(|_| self.context())
     }
     fn drop_stream(&self, stream: u64) {
         if stream != 0 {
-            self.streams.lock().unwrap_or_else(|e| e.into_inner()).remove(&stream);
+            if let Some(lane) = self.streams.lock().unwrap_or_else(|e| e.into_inner()).remove(&stream) {
+                lane.lock().closed = true;
+                lane.moved.notify_all();
+            }
         }
     }
     unsafe fn pin(&self, _ptr: *mut u8, _bytes: usize) -> Result<()> {
@@ -228,7 +382,10 @@ impl Device for Emu {
 ///
 /// # Safety
 /// Its pointers are valid for it.
-unsafe fn run(w: Work) {
+unsafe fn run(w: Work, how: &Emulation) -> std::result::Result<(), String> {
+    if matches!(w, Work::Copy { .. } | Work::Launch(..)) && !how.delay.is_zero() {
+        std::thread::sleep(how.delay);
+    }
     // SAFETY: forwarded from the queuing call's contract.
     unsafe {
         match w {
@@ -242,6 +399,103 @@ unsafe fn run(w: Work) {
                 }
             }
             Work::Launch(k, Launch::Div { buf, ranks, n }) => (k.host_finish)(buf as _, n, ranks),
+            Work::Write { addr, value } => AtomicU64::from_ptr(addr as *mut u64).store(value, Ordering::Release),
+            Work::Wait { addr, value } => {
+                let word = AtomicU64::from_ptr(addr as *mut u64);
+                let limit = if how.wait_limit.is_zero() { WAIT_LIMIT } else { how.wait_limit };
+                let start = Instant::now();
+                let mut spins = 0u32;
+                while word.load(Ordering::Acquire) < value {
+                    if start.elapsed() > limit {
+                        return Err(format!(
+                            "waited {limit:?} for the flag at {addr:#x} to reach {value} (it holds {}): \
+                             a flag never written, or a peer that never queued its part",
+                            word.load(Ordering::Acquire)
+                        ));
+                    }
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else if spins < 256 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+            }
+            Work::After { lane, upto } => {
+                let limit = if how.wait_limit.is_zero() { WAIT_LIMIT } else { how.wait_limit };
+                lane.reach(upto, Some(Instant::now() + limit)).map_err(|e| e.to_string())?
+            }
         }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zeroed 64-bit flag in device memory of `d`.
+    fn flag(d: &Arc<dyn Device>) -> u64 {
+        let f = d.alloc(64).expect("alloc");
+        // SAFETY: a fresh, aligned allocation nothing has queued work on.
+        unsafe { d.write_word(f, 0) }.expect("zero");
+        f
+    }
+
+    #[test]
+    fn a_wait_blocks_only_its_stream_and_a_write_releases_it() {
+        let d = Emu::get(90);
+        let (a, b) = (d.new_stream().expect("stream"), d.new_stream().expect("stream"));
+        let (f, mem, other) = (flag(&d), d.alloc(8).expect("alloc"), d.alloc(8).expect("alloc"));
+        let src = 7u64;
+        // SAFETY: the flag, `mem` and `other` live until the end; `src` too.
+        unsafe {
+            d.wait_value(a, f, 1).expect("wait");
+            d.copy(a, mem, &src as *const u64 as u64, 8).expect("copy");
+            d.copy(b, other, &src as *const u64 as u64, 8).expect("copy");
+        }
+        d.sync(b).expect("stream b runs while a waits");
+        assert_eq!(d.read_word(other).expect("read"), 7);
+        assert!(!d.idle(a).expect("idle"), "a waits for the flag");
+        // SAFETY: as above; b writes the flag a waits for
+        unsafe { d.write_value(b, f, 1) }.expect("write");
+        d.sync(a).expect("a released by b's write");
+        assert_eq!(d.read_word(mem).expect("read"), 7);
+    }
+
+    #[test]
+    fn a_flag_never_written_fails_the_stream_within_its_limit_and_stays_failed() {
+        let d = Emu::get(91);
+        d.emulate(Emulation { wait_limit: Duration::from_millis(100), ..Emulation::default() }).expect("emulate");
+        let s = d.new_stream().expect("stream");
+        let f = flag(&d);
+        // SAFETY: the flag lives until the end.
+        unsafe { d.wait_value(s, f, 3) }.expect("wait");
+        let e = d.sync(s).expect_err("must fail");
+        assert!(e.to_string().contains("to reach 3 (it holds 0)"), "{e}");
+        assert!(d.sync(s).is_err() && d.idle(s).is_err(), "a failed stream stays failed");
+        // SAFETY: as above.
+        assert!(unsafe { d.write_value(s, f, 1) }.is_err(), "nothing more is queued on it");
+    }
+
+    #[test]
+    fn a_joined_stream_waits_for_what_was_queued_before_the_join() {
+        let d = Emu::get(92);
+        let (a, b) = (d.new_stream().expect("stream"), d.new_stream().expect("stream"));
+        let (f, g) = (flag(&d), flag(&d));
+        // SAFETY: the flags live until the end.
+        unsafe {
+            d.wait_value(a, f, 1).expect("wait");
+            d.join(b, a).expect("join");
+            d.write_value(b, g, 5).expect("write");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(d.read_word(g).expect("read"), 0, "b is held behind a");
+        // SAFETY: as above.
+        unsafe { d.write_word(f, 1) }.expect("release");
+        d.sync(b).expect("sync");
+        assert_eq!(d.read_word(g).expect("read"), 5);
     }
 }

@@ -11,27 +11,43 @@
 //! # Semantics: streams and what blocks
 //!
 //! Every device buffer belongs to a [`Stream`] (the one it was made on, or
-//! [`DeviceBuffer::set_stream`]). A collective on device buffers:
-//! - is ordered after all work queued before it on the output buffer's
-//!   stream (its copies and kernels go on that stream), and work queued on
-//!   that stream after it returns sees its result;
-//! - **blocks the calling thread** until the result is in the output buffer:
-//!   the host drives the schedule and synchronises the stream before it
-//!   hands a slot to a peer, so when the call returns the stream is idle
-//!   up to the end of the collective. (A call therefore also waits for
-//!   earlier work on that stream.) Other streams are not touched.
+//! [`DeviceBuffer::set_stream`]). A collective on device buffers, as
+//! `ncclAllReduce` does:
+//! - queues all its copies, kernels and hand-offs on the output buffer's
+//!   stream, after the work already queued there, and **returns without
+//!   waiting for the GPU**: work queued on that stream afterwards sees the
+//!   result; to see it from the host, call [`Stream::synchronize`] (or
+//!   copy the buffer out: [`DeviceBuffer::to_vec`] synchronises). The
+//!   buffers must stay alive and untouched by other streams until then.
+//! - waits on the host only for its peers' hosts: each connection carries
+//!   one message per call (its fingerprint), so the call returns once the
+//!   ranks it receives from have made the same call, and fails, as host
+//!   calls do, when they made another or are gone.
+//! - runs after the communicator's previous device call on the GPU, even
+//!   one on another stream (the streams are joined by an event).
 //! - The input buffer must be on the same GPU and context as the output.
+//! - Errors the GPU meets after the call returned (a peer that never
+//!   queued its part, on the emulator a flag that never came) surface at
+//!   the next synchronisation of the stream.
+//!
+//! Calls over a staged (tcp) connection are the exception for now: their
+//! bytes must reach the host, so the call synchronises the stream at each
+//! of that connection's slots and returns when its last one has gone.
 //!
 //! # How bytes move
 //!
-//! Slots work as for host memory (a FIFO per connection, its control words
-//! in host memory), but a slot's bytes live in device memory of the
-//! sender: inside a host the receiver maps the sender's slots through CUDA
-//! IPC (once per connection; several ranks may share one GPU) and its
-//! kernels read them there; threads of one process share the pointer.
-//! Across hosts (the tcp transport) slots are staged through host memory:
-//! the sender copies its device slot into the socket's staging slot, the
-//! receiver copies it into a device slot, and the kernels reduce there.
+//! Slots work as for host memory (a FIFO per connection), but a slot's
+//! bytes live in device memory of the sender, and within a host the
+//! hand-off happens on the GPUs: the sender's stream stores a `ready`
+//! count after it fills a slot, the receiver's stream waits for it
+//! (`cuStreamWaitValue64`) before its kernels read the slot and then stores
+//! a `done` count, which the sender's stream waits for before it reuses
+//! the slot. The receiver maps the sender's slots and flags through CUDA
+//! IPC (once per connection; several ranks may share one GPU); threads of
+//! one process share the pointer. Across hosts (the tcp transport) slots
+//! are staged through host memory: the sender copies its device slot into
+//! the socket's staging slot, the receiver copies it into a device slot,
+//! and the kernels reduce there.
 //!
 //! # Without a GPU
 //!
@@ -39,9 +55,10 @@
 //! returns an [`ErrorKind::Device`](crate::ErrorKind::Device) error and
 //! nothing else changes. Tests run the whole device path on an emulated
 //! device ([`Gpu::emulated`]): "device" memory in host RAM (memfds, which
-//! other processes map by IPC handle), kernels run on the CPU only when
-//! the stream is synchronised, so a missing synchronisation shows up as
-//! wrong data.
+//! other processes map by IPC handle), each stream a thread that runs its
+//! copies, kernels (on the CPU) and flag operations in order, concurrently
+//! with the host and the other streams, so a missing wait shows up as
+//! wrong data and a missing flag as a reported deadlock.
 
 mod buffer;
 #[cfg(feature = "cuda")]
@@ -111,6 +128,19 @@ pub enum Launch {
     },
 }
 
+/// How an emulated device misbehaves, for tests that show what a missing
+/// wait or flag does ([`Gpu::emulate`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Emulation {
+    /// Sleep before each copy and kernel: a slow device.
+    pub delay: std::time::Duration,
+    /// How long a stream waits on a flag before it fails (0: a minute).
+    pub wait_limit: std::time::Duration,
+    /// Drops the `n`th wait (from 1) queued on this device from now on.
+    pub drop_wait: Option<u64>,
+}
+
 /// What ccl needs from a GPU: memory, copies, kernels, streams, IPC.
 /// Implemented over the CUDA driver (feature `cuda`) and by an emulation
 /// for tests. Pointers are device addresses (`CUdeviceptr`); with unified
@@ -141,8 +171,43 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// # Safety
     /// Every pointer in `l` is valid for `n` elements of `k`'s type until the stream has passed it.
     unsafe fn launch(&self, stream: u64, k: &Kernels, l: Launch) -> Result<()>;
+    /// Queues on `stream`: once the work before it has run and its writes
+    /// are visible to other devices and processes, stores `value` in the
+    /// 64-bit word at `addr` (device memory, or memory mapped from another
+    /// process's device by [`import`](Self::import)).
+    ///
+    /// # Safety
+    /// `addr` is valid and 8-byte aligned until the stream has passed it.
+    unsafe fn write_value(&self, stream: u64, addr: u64, value: u64) -> Result<()>;
+    /// Queues on `stream`: nothing queued after it starts until the 64-bit
+    /// word at `addr` is at least `value` (flags only grow). Other streams
+    /// and the host go on meanwhile.
+    ///
+    /// # Safety
+    /// As [`write_value`](Self::write_value).
+    unsafe fn wait_value(&self, stream: u64, addr: u64, value: u64) -> Result<()>;
+    /// Orders the work queued on `later` from now on after everything
+    /// queued on `earlier` so far (an event recorded on one, awaited on the
+    /// other); neither waits on the host.
+    fn join(&self, later: u64, earlier: u64) -> Result<()>;
+    /// Whether everything queued on `stream` has run, without waiting.
+    fn idle(&self, stream: u64) -> Result<bool>;
     /// Waits until everything queued on `stream` has run.
     fn sync(&self, stream: u64) -> Result<()>;
+    /// Reads the 64-bit word at device address `addr` now (a flag), waiting
+    /// for no stream.
+    fn read_word(&self, addr: u64) -> Result<u64>;
+    /// Stores `value` in the 64-bit word at device address `addr` now,
+    /// waiting for no stream: how flags start at 0.
+    ///
+    /// # Safety
+    /// `addr` is valid and 8-byte aligned, and no queued work writes it.
+    unsafe fn write_word(&self, addr: u64, value: u64) -> Result<()>;
+    /// Makes an emulated device misbehave as a test asks; an error for a real one.
+    #[doc(hidden)]
+    fn emulate(&self, _how: Emulation) -> Result<()> {
+        Err(crate::error::Error::device(format!("{} is not emulated", self.describe())))
+    }
     /// A new stream.
     fn new_stream(&self) -> Result<u64>;
     /// The context `stream` belongs to.

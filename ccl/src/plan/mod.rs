@@ -224,7 +224,7 @@ impl Planner {
         };
         let device = match &call.device {
             Some(s) => {
-                Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.raw(), kernels: Kernels::of::<T, O>()? }))
+                Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.clone(), kernels: Kernels::of::<T, O>()? }))
             }
             None => None,
         };

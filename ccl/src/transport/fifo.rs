@@ -267,11 +267,6 @@ impl FifoSend {
         }
     }
 
-    /// Whether the receiver has released every slot posted.
-    pub fn drained(&self) -> bool {
-        self.mem.tail().load(Ordering::Acquire) == self.head
-    }
-
     /// Room for a message of `bytes` bytes (at most a slot) in the next
     /// free slot, if the receiver has released one: at the slot's start,
     /// or, to `spread`, where `FifoMem::spread` places it.

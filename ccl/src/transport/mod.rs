@@ -270,16 +270,6 @@ impl SendConn {
         matches!(self, SendConn::Shm(..))
     }
 
-    /// Whether the receiver has released every slot posted (sockets:
-    /// always, their bytes are gone from here once sent).
-    pub fn drained(&mut self) -> bool {
-        match self {
-            SendConn::Fifo(f) => f.drained(),
-            SendConn::Shm(l, _) => l.get().ok().flatten().is_none_or(|f| f.drained()),
-            SendConn::Tcp(_) => true,
-        }
-    }
-
     /// Bytes per slot.
     pub fn slot_bytes(&self) -> usize {
         match self {

@@ -211,7 +211,7 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
         );
     }
     let mut size = a.min.max(4);
-    let mut table = table::Table::new(r == 0, Coll::AllReduce.name(), n);
+    let mut table = table::Table::new(r == 0, Coll::AllReduce.name(), n, false);
     while size <= a.max.max(4) {
         let count = size / 4;
         let bytes = count * 4;
@@ -234,7 +234,13 @@ fn sweep(a: &Args, which: usize, r: usize, n: usize, id: &str) -> Result<u64, St
             let secs = ctx.fold(t.elapsed().as_secs_f64() / a.iters.max(1) as f64, true)?;
             let wrong = ctx.fold(wrong as f64, false)? as u64;
             let algbw = bytes as f64 / secs / 1e9;
-            modes.push(Mode { time_us: secs * 1e6, algbw, busbw: algbw * Coll::AllReduce.busbw_factor(n), wrong });
+            modes.push(Mode {
+                time_us: secs * 1e6,
+                algbw,
+                busbw: algbw * Coll::AllReduce.busbw_factor(n),
+                wrong,
+                host_us: None,
+            });
         }
         table.row(bytes, count, "float", "sum", -1, &modes[0], &modes[1]);
         if a.factor < 2 {

@@ -275,7 +275,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
             dout.copy_to_host(&mut output)?;
         }
         let wrong = if check { self.wrong(count, &output, in_place) } else { 0 };
-        self.timed(bytes, wrong, || self.call(&din, &mut dout, in_place))
+        self.timed(bytes, wrong, Some(stream), || self.call(&din, &mut dout, in_place))
     }
 
     /// Checks (if asked) and times the call on host buffers.
@@ -289,18 +289,30 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
             self.call(&input, &mut output, in_place)?;
         }
         let wrong = if check { self.wrong(count, &output, in_place) } else { 0 };
-        self.timed(bytes, wrong, || self.call(&input, &mut output, in_place))
+        self.timed(bytes, wrong, None, || self.call(&input, &mut output, in_place))
     }
 
-    /// Times `call` (warm-up first); the slowest rank's time and the wrong elements of all ranks.
-    fn timed(&self, bytes: usize, wrong: u64, mut call: impl FnMut() -> ccl::Result<()>) -> ccl::Result<Mode> {
+    /// Times `call` (warm-up first); the slowest rank's time and the wrong
+    /// elements of all ranks. Device calls (`stream`) return before the GPU
+    /// has run them: the time is until the stream has run the last one, and
+    /// the host time how long the calls took to return.
+    fn timed(
+        &self,
+        bytes: usize,
+        wrong: u64,
+        stream: Option<&Stream>,
+        mut call: impl FnMut() -> ccl::Result<()>,
+    ) -> ccl::Result<Mode> {
+        let idle = || stream.map_or(Ok(()), Stream::synchronize);
         for _ in 0..self.a.warmup {
             call()?;
         }
         if self.a.warmup_ms > 0.0 {
             // as many calls as fill the time at the slowest rank's pace: every rank makes as many
+            idle()?;
             let t = Instant::now();
             call()?;
+            idle()?;
             let calls = (self.a.warmup_ms * 1e-3 / t.elapsed().as_secs_f64().max(1e-7)).ceil();
             let mut more = [calls as u64];
             self.g.typed::<u64>().all_reduce(&mut more, Min)?;
@@ -308,17 +320,40 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
                 call()?;
             }
         }
+        idle()?;
         self.g.barrier()?;
+        let iters = self.a.iters.max(1) as f64;
         let t = Instant::now();
         for _ in 0..self.a.iters.max(1) {
             call()?;
         }
-        let mut secs = [t.elapsed().as_secs_f64() / self.a.iters.max(1) as f64];
+        let host = t.elapsed().as_secs_f64() / iters;
+        idle()?;
+        let mut secs = [t.elapsed().as_secs_f64() / iters, host];
         self.g.typed::<f64>().all_reduce(&mut secs, Max)?;
         let mut w = [wrong];
         self.g.typed::<u64>().all_reduce(&mut w, Sum)?;
         let algbw = bytes as f64 / secs[0] / 1e9;
-        Ok(Mode { time_us: secs[0] * 1e6, algbw, busbw: algbw * self.coll.busbw_factor(self.g.size()), wrong: w[0] })
+        let busbw = algbw * self.coll.busbw_factor(self.g.size());
+        let host_us = stream.map(|_| secs[1] * 1e6);
+        Ok(Mode { time_us: secs[0] * 1e6, algbw, busbw, wrong: w[0], host_us })
+    }
+
+    /// The device's copy bandwidth (GB/s, read + write counted once, as
+    /// nccl-tests' busbw of a copy) over `bytes`, the ceiling for busbw.
+    fn copy_ceiling(&self, bytes: usize) -> ccl::Result<Option<f64>> {
+        let Some((gpu, stream)) = &self.gpu else { return Ok(None) };
+        let len = (bytes / std::mem::size_of::<T>()).max(1);
+        let (src, mut dst) = (gpu.alloc::<T>(len, stream)?, gpu.alloc::<T>(len, stream)?);
+        dst.copy_from(&src)?;
+        stream.synchronize()?;
+        let reps = 10;
+        let t = Instant::now();
+        for _ in 0..reps {
+            dst.copy_from(&src)?;
+        }
+        stream.synchronize()?;
+        Ok(Some((len * std::mem::size_of::<T>()) as f64 * reps as f64 / t.elapsed().as_secs_f64() / 1e9))
     }
 
     fn sweep(&self) -> ccl::Result<table::Table> {
@@ -327,7 +362,15 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         let unit = elem * if matches!(self.coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
         let root = if self.coll.rooted() { self.a.root as i64 } else { -1 };
         let redop = if self.coll.reduces() { O::NAME } else { "none" };
-        let mut table = table::Table::new(self.g.rank() == 0, self.coll.name(), n);
+        if let Some(bw) = self.copy_ceiling(self.a.max.clamp(unit, 1 << 30))? {
+            if self.g.rank() == 0 {
+                println!(
+                    "# device-to-device copy of {} B: {bw:.2} GB/s (the ceiling for busbw)",
+                    self.a.max.clamp(unit, 1 << 30)
+                );
+            }
+        }
+        let mut table = table::Table::new(self.g.rank() == 0, self.coll.name(), n, self.gpu.is_some());
         let mut size = self.a.min.max(unit);
         while size <= self.a.max.max(unit) {
             let bytes = size / unit * unit;

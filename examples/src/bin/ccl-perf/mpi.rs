@@ -43,7 +43,7 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
     let elem = 4;
     let unit = elem * if matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
     let mut size = a.min.max(unit);
-    let mut table = table::Table::new(me, coll.name(), n);
+    let mut table = table::Table::new(me, coll.name(), n, false);
     while size <= a.max.max(unit) {
         let bytes = size / unit * unit;
         let count = bytes / unit;
@@ -102,7 +102,13 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
             let mut wrong_all = 0u64;
             world.all_reduce_into(&wrong, &mut wrong_all, SystemOperation::sum());
             let algbw = bytes as f64 / worst / 1e9;
-            modes.push(Mode { time_us: worst * 1e6, algbw, busbw: algbw * coll.busbw_factor(n), wrong: wrong_all });
+            modes.push(Mode {
+                time_us: worst * 1e6,
+                algbw,
+                busbw: algbw * coll.busbw_factor(n),
+                wrong: wrong_all,
+                host_us: None,
+            });
         }
         let rooted = if matches!(coll, Coll::Broadcast | Coll::Reduce) { root as i64 } else { -1 };
         let redop = if matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) { "sum" } else { "none" };

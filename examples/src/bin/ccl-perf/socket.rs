@@ -39,7 +39,7 @@ pub fn run(g: &ccl::Group, a: &Args) -> ccl::Result<()> {
             a.iters, a.warmup
         );
     }
-    let mut table = table::Table::new(me == 0, "raw_tcp", 2);
+    let mut table = table::Table::new(me == 0, "raw_tcp", 2, false);
     let mut size = a.min.max(1);
     while size <= a.max.max(1) {
         let out = vec![1u8; size];
@@ -69,7 +69,7 @@ pub fn run(g: &ccl::Group, a: &Args) -> ccl::Result<()> {
             secs = t.elapsed().as_secs_f64() / a.iters.max(1) as f64;
         }
         let algbw = size as f64 / secs / 1e9;
-        let m = || Mode { time_us: secs * 1e6, algbw, busbw: algbw, wrong: 0 };
+        let m = || Mode { time_us: secs * 1e6, algbw, busbw: algbw, wrong: 0, host_us: None };
         table.row(size, size, "byte", "none", -1, &m(), &m());
         if a.factor < 2 {
             break;

@@ -14,13 +14,18 @@ pub struct Mode {
     pub busbw: f64,
     /// Elements that differ from the predicted result.
     pub wrong: u64,
+    /// Device calls: how long a call took to return on the host (the
+    /// slowest rank's), microseconds; the GPU finishes it later.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_us: Option<f64>,
 }
 
-/// Prints the column headings.
-fn header() {
-    println!("#{:>60}{:>34}", "out-of-place", "in-place");
+/// Prints the column headings; `host`: with each mode's host time per call.
+fn header(host: bool) {
+    let (h, u, w) = if host { ("host", "(us)", 8) } else { ("", "", 0) };
+    println!("#{:>60}{:>w2$}", "out-of-place", "in-place", w2 = 34 + w);
     println!(
-        "# {:>10} {:>12} {:>8} {:>6} {:>5} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
+        "# {:>10} {:>12} {:>8} {:>6} {:>5} {:>9} {:>7} {:>7} {:>6}{:>w$} {:>9} {:>7} {:>7} {:>6}{:>w$}",
         "size",
         "count",
         "type",
@@ -30,21 +35,28 @@ fn header() {
         "algbw",
         "busbw",
         "#wrong",
+        h,
         "time",
         "algbw",
         "busbw",
-        "#wrong"
+        "#wrong",
+        h,
     );
     println!(
-        "# {:>10} {:>12} {:>31} {:>7} {:>7} {:>16} {:>7} {:>7}",
-        "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "(GB/s)"
+        "# {:>10} {:>12} {:>31} {:>7} {:>7} {:>7}{:>w$} {:>8} {:>7} {:>7} {:>7}{:>w$}",
+        "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "", u, "(us)", "(GB/s)", "(GB/s)", "", u
     );
+}
+
+/// A mode's host time column, where it has one.
+fn host_col(m: &Mode) -> String {
+    m.host_us.map(|h| format!("{h:>8.2}")).unwrap_or_default()
 }
 
 /// Prints one size's row.
 fn row(bytes: usize, count: usize, ty: &str, redop: &str, root: i64, oop: &Mode, ip: &Mode) {
     println!(
-        "  {:>10} {:>12} {:>8} {:>6} {:>5} {:>9.2} {:>7.2} {:>7.2} {:>6} {:>9.2} {:>7.2} {:>7.2} {:>6}",
+        "  {:>10} {:>12} {:>8} {:>6} {:>5} {:>9.2} {:>7.2} {:>7.2} {:>6}{} {:>9.2} {:>7.2} {:>7.2} {:>6}{}",
         bytes,
         count,
         ty,
@@ -54,10 +66,12 @@ fn row(bytes: usize, count: usize, ty: &str, redop: &str, root: i64, oop: &Mode,
         oop.algbw,
         oop.busbw,
         oop.wrong,
+        host_col(oop),
         ip.time_us,
         ip.algbw,
         ip.busbw,
-        ip.wrong
+        ip.wrong,
+        host_col(ip),
     );
 }
 
@@ -86,10 +100,11 @@ pub struct Table {
 }
 
 impl Table {
-    /// A table of `coll` on `ranks` ranks; `printer` prints (the header now).
-    pub fn new(printer: bool, coll: &'static str, ranks: usize) -> Self {
+    /// A table of `coll` on `ranks` ranks; `printer` prints (the header
+    /// now); `host`: rows carry host times per call (device calls).
+    pub fn new(printer: bool, coll: &'static str, ranks: usize, host: bool) -> Self {
         if printer {
-            header();
+            header(host);
         }
         Table { printer, coll, ranks, rows: Vec::new() }
     }
