@@ -20,6 +20,11 @@ pub const NSLOTS: usize = 32;
 /// memory.
 pub const TCP_NSLOTS: usize = 2;
 
+/// Device slots per connection within a host (as `NCCL_STEPS`): the
+/// streams hand them over by flags, so a few large ones keep a copy
+/// engine or the kernels busy while the next fills.
+pub const GPU_NSLOTS: usize = 8;
+
 /// Slot memory per connection where `CCL_BUFFSIZE` is auto, unless
 /// [`BUFFSIZE_OWN_CORES`] applies.
 pub const BUFFSIZE: usize = 1 << 20;
@@ -248,6 +253,8 @@ macro_rules! knobs {
 knobs! {
     /// Algorithm for every call it implements: auto, ring, tree, rd, rhd, ring-ring, tree-ring.
     algo: Option<Algo> = None, "CCL_ALGO", "auto";
+    /// Bytes per device slot of connections within a host (8 per connection and channel); device calls of a job on one host move pieces of 4 slots. Not sized from a rank's GPU: every rank must cut calls alike.
+    gpu_slot: usize = 1 << 20, "CCL_GPU_SLOT", "1M";
     /// Channels (independent rings or trees) each call is spread over.
     nchannels: usize = 1, "CCL_NCHANNELS", "1";
     /// Bytes of slot memory per connection, split into 32 slots (2 where every connection of a group is TCP); auto: 2M where every rank of the machine has a core of its own and talks through memory, else 1M.
@@ -355,12 +362,28 @@ impl Config {
         }
     }
 
+    /// Slots per connection, and bytes per slot, that device calls of a
+    /// group on `hosts` are cut by: [`CCL_GPU_SLOT`](Self::gpu_slot)'s within
+    /// one host, where every connection hands over on the GPUs; else the
+    /// host slots' ([`slots_on`](Self::slots_on)), which staged connections
+    /// carry.
+    pub fn device_slots_on(&self, hosts: &crate::topo::Hosts) -> Geometry {
+        if self.shm_disable || hosts.groups().len() > 1 {
+            self.slots_on(hosts)
+        } else {
+            Geometry { nslots: GPU_NSLOTS, slot_bytes: self.gpu_slot }
+        }
+    }
+
     fn check(&self) -> Result<()> {
         let bad = |var: &'static str, value: String, why: &str| {
             Err(Error::new(ErrorKind::Config { var, value, why: why.into() }))
         };
         if self.nchannels == 0 || self.nchannels > 64 {
             return bad("CCL_NCHANNELS", self.nchannels.to_string(), "expected 1..=64");
+        }
+        if !self.gpu_slot.is_multiple_of(64) || !(64..=1 << 30).contains(&self.gpu_slot) {
+            return bad("CCL_GPU_SLOT", self.gpu_slot.to_string(), "expected a multiple of 64 bytes ..= 1 GiB");
         }
         if self.sockets_per_peer == 0 || self.sockets_per_peer > 64 {
             return bad("CCL_SOCKETS_PER_PEER", self.sockets_per_peer.to_string(), "expected 1..=64");
@@ -466,6 +489,21 @@ mod tests {
         );
         let hosts = crate::topo::Hosts::blocks(&[2]);
         assert_eq!(decided.slots_on(&hosts).slot_bytes, BUFFSIZE_OWN_CORES / NSLOTS);
+    }
+
+    #[test]
+    fn device_calls_are_cut_by_the_gpu_slots_only_within_one_host() {
+        let c = Config::from_lookup(|k| (k == "CCL_GPU_SLOT").then(|| "256K".into())).expect("config");
+        let one = crate::topo::Hosts::blocks(&[4]);
+        assert_eq!(c.device_slots_on(&one), Geometry { nslots: GPU_NSLOTS, slot_bytes: 256 << 10 });
+        let two = crate::topo::Hosts::blocks(&[2, 2]);
+        assert_eq!(c.device_slots_on(&two), c.slots_on(&two), "staged connections carry host slots");
+        let off = Config { shm_disable: true, ..c };
+        assert_eq!(off.device_slots_on(&one), off.slots_on(&one));
+        for bad in ["100", "0", "2G"] {
+            let e = Config::from_lookup(|k| (k == "CCL_GPU_SLOT").then(|| bad.into())).expect_err(bad);
+            assert!(e.to_string().contains("CCL_GPU_SLOT"), "{e}");
+        }
     }
 
     /// The README documents every knob with its default.

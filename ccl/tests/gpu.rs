@@ -15,10 +15,13 @@ use common::gpu_matrix::everything_on;
 use common::seed;
 use std::time::Duration;
 
-fn matrix(algo: Option<Algo>) {
+/// Small device slots (4 KiB), so that calls span several and come back
+/// to a slot before its reader is done with it.
+fn matrix(algo: Option<Algo>, nchannels: usize) {
     let seed = seed();
     for n in [1, 2, 3, 4] {
-        let config = Config { algo, buffsize: Some(16384), timeout: Duration::from_secs(120), ..Config::default() };
+        let timeout = Duration::from_secs(120);
+        let config = Config { algo, nchannels, buffsize: Some(16384), gpu_slot: 4096, timeout, ..Config::default() };
         let job = LocalJob::new(n).config(config);
         for (rank, r) in job.run(|g| everything_on(&g, &Gpu::emulated(0), seed)).into_iter().enumerate() {
             if let Err(e) = r {
@@ -30,17 +33,22 @@ fn matrix(algo: Option<Algo>) {
 
 #[test]
 fn ring_on_device_buffers() {
-    matrix(Some(Algo::Ring));
+    matrix(Some(Algo::Ring), 1);
+}
+
+#[test]
+fn two_channels_on_streams_of_their_own() {
+    matrix(Some(Algo::Ring), 2);
 }
 
 #[test]
 fn tree_on_device_buffers() {
-    matrix(Some(Algo::Tree));
+    matrix(Some(Algo::Tree), 1);
 }
 
 #[test]
 fn recursive_doubling_on_device_buffers() {
-    matrix(Some(Algo::RecursiveDoubling));
+    matrix(Some(Algo::RecursiveDoubling), 1);
 }
 
 #[test]
@@ -185,7 +193,7 @@ fn slow_and_fast(slow: usize, fast: usize, delay: Duration, fast_how: Emulation)
     let count = 8192;
     let ins: Vec<Vec<f32>> = (0..2).map(|_| (0..count).map(|_| rand::random::<f32>()).collect()).collect();
     let want: Vec<f32> = (0..count).map(|i| ins[0][i] + ins[1][i]).collect();
-    let config = Config { algo: Some(Algo::Ring), buffsize: Some(16384), ..Config::default() };
+    let config = Config { algo: Some(Algo::Ring), buffsize: Some(16384), gpu_slot: 4096, ..Config::default() };
     LocalJob::new(2).config(config).run(|g| {
         let gpu = Gpu::emulated(if g.rank() == 0 { slow } else { fast });
         let s = gpu.stream().expect("must succeed");

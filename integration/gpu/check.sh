@@ -75,7 +75,7 @@ matrix() {
     local t0=$SECONDS t
     t=$(limit 90)
     if [ "$t" -eq 0 ]; then fail=1; summary+=("matrix $label: skipped (time budget spent)"); return; fi
-    timeout "$t" "$bins/cclrun" "$@" -x CCL_BUFFSIZE=262144 -x CCL_TIMEOUT=60 "$bins/gpu_matrix" "${matrix_flag[@]}" >"$out/m" 2>&1
+    timeout "$t" "$bins/cclrun" "$@" -x CCL_BUFFSIZE=262144 -x CCL_GPU_SLOT=65536 -x CCL_TIMEOUT=60 "$bins/gpu_matrix" "${matrix_flag[@]}" >"$out/m" 2>&1
     local rc=$? ok
     ok=$(grep -c "all device collectives correct" "$out/m")
     tail -n 3 "$out/m"
@@ -92,7 +92,7 @@ perf() {
     local np=$1 t
     t=$(limit 60)
     if [ "$t" -eq 0 ]; then fail=1; summary+=("ccl-perf np $np: skipped (time budget spent)"); return; fi
-    timeout "$t" "$bins/cclrun" -np "$np" -x CCL_BUFFSIZE=64M "$bins/ccl-perf" --device "$device" \
+    timeout "$t" "$bins/cclrun" -np "$np" "$bins/ccl-perf" --device "$device" \
         -b 8 -e "$max" -f 16 -n 10 -w 3 >"$out/p$np" 2>&1
     local rc=$?
     cat "$out/p$np"

@@ -8,7 +8,9 @@
 const MATRIX: &str = env!("CARGO_BIN_EXE_gpu_matrix");
 
 fn matrix(np: usize, extra: &[&str]) {
-    ccl_integration::every_rank_passes(np, extra, &[MATRIX, "--emulated"], "all device collectives correct");
+    // small device slots: calls span several and come back to each
+    let extra: Vec<&str> = ["-x", "CCL_GPU_SLOT=4096"].iter().chain(extra).copied().collect();
+    ccl_integration::every_rank_passes(np, &extra, &[MATRIX, "--emulated"], "all device collectives correct");
 }
 
 #[test]
@@ -17,6 +19,7 @@ fn device_matrix_over_shm_with_ipc_mapped_slots_on_emulated_gpus() {
         matrix(np, &[]);
     }
     matrix(3, &["-x", "CCL_ALGO=tree"]);
+    matrix(3, &["-x", "CCL_ALGO=ring", "-x", "CCL_NCHANNELS=2"]);
 }
 
 #[test]

@@ -19,6 +19,8 @@ pub struct Conns {
     /// streams), and device scratch kept from call to call.
     dev_last: Option<crate::gpu::Stream>,
     dev_scratch: Option<DevMem>,
+    /// Streams of the channels of multi-channel device calls, kept.
+    dev_streams: Vec<crate::gpu::Stream>,
     reg: Arc<Registry>,
     comm: u64,
     me: usize,
@@ -61,6 +63,7 @@ impl Conns {
             drecvs: Vec::new(),
             dev_last: None,
             dev_scratch: None,
+            dev_streams: Vec::new(),
             calls: [(0, [0; 4]); ENTRIES],
         }
     }
@@ -209,10 +212,38 @@ impl Conns {
     }
 
     /// Orders device call `call` after this communicator's previous one
-    /// (on the GPU: the host waits for neither), and returns device scratch
-    /// of at least `bytes` (0: none), kept for later calls. Growing it
-    /// waits for the calls still using the old one.
-    pub(crate) fn dev_prepare(&mut self, call: &DevCall, bytes: usize) -> crate::Result<u64> {
+    /// (on the GPU: the host waits for neither); returns device scratch
+    /// of at least `bytes` (0: none), and a stream for each of `channels`
+    /// that starts after the work queued so far on the call's stream (the
+    /// call's own stream where there is one channel). Scratch and streams
+    /// are kept for later calls; growing the scratch waits for the calls
+    /// still using the old one.
+    pub(crate) fn dev_prepare(
+        &mut self,
+        call: &DevCall,
+        bytes: usize,
+        channels: usize,
+    ) -> crate::Result<(u64, smallvec::SmallVec<[u64; 4]>)> {
+        let scratch = self.dev_scratch(call, bytes)?;
+        let raw = call.stream.raw();
+        if channels <= 1 {
+            return Ok((scratch, smallvec::smallvec![raw]));
+        }
+        if self.dev_streams.first().is_some_and(|s| s.dev().context() != call.dev.context()) {
+            self.dev_streams.clear();
+        }
+        while self.dev_streams.len() < channels {
+            let g = crate::gpu::Gpu { dev: std::sync::Arc::clone(&call.dev) };
+            self.dev_streams.push(g.stream()?);
+        }
+        let streams: smallvec::SmallVec<[u64; 4]> = self.dev_streams[..channels].iter().map(|s| s.raw()).collect();
+        for &s in &streams {
+            call.dev.join(s, raw)?;
+        }
+        Ok((scratch, streams))
+    }
+
+    fn dev_scratch(&mut self, call: &DevCall, bytes: usize) -> crate::Result<u64> {
         let raw = call.stream.raw();
         if let Some(last) = &self.dev_last {
             if last.raw() != raw || last.dev().context() != call.dev.context() {

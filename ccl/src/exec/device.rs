@@ -58,6 +58,9 @@ pub struct DevCall {
     pub stream: crate::gpu::Stream,
     /// The kernels of the call's type and operator.
     pub kernels: Kernels,
+    /// Bytes per device slot of connections within a host (`CCL_GPU_SLOT`;
+    /// at least the host slots').
+    pub slot_bytes: usize,
 }
 
 /// Owned device memory, freed on drop.

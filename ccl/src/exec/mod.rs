@@ -96,6 +96,10 @@ impl RawPeers {
 struct OnGpu {
     call: DevCall,
     scratch: u64,
+    /// Each channel's stream (the call's own, for one channel), joined
+    /// back into the call's once every channel is queued (`joined`).
+    streams: SmallVec<[u64; 4]>,
+    joined: bool,
     told: SmallVec<[usize; 4]>,
     heard: SmallVec<[usize; 4]>,
 }
@@ -216,15 +220,16 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         }
         let wiring = checked.wiring(channel_base, conns)?;
         let sched = &wiring.sched;
-        if slot_elems == 0 || slot_elems * size > conns.slot_bytes() {
+        let room = device.as_ref().map_or(0, |d| d.slot_bytes).max(conns.slot_bytes());
+        if slot_elems == 0 || slot_elems * size > room {
             return Err(Error::internal(format!("{slot_elems} elements of {size} B do not fit a slot")));
         }
         let (scratch, gpu) = match device {
             None => (vec![T::zeroed(); sched.scratch], None),
             Some(call) => {
-                let scratch = conns.dev_prepare(&call, sched.scratch * size)?;
-                let (told, heard) = (SmallVec::new(), SmallVec::new());
-                (Vec::new(), Some(Box::new(OnGpu { call: *call, scratch, told, heard })))
+                let (scratch, streams) = conns.dev_prepare(&call, sched.scratch * size, sched.channels.len())?;
+                let (told, heard, joined) = (SmallVec::new(), SmallVec::new(), false);
+                (Vec::new(), Some(Box::new(OnGpu { call: *call, scratch, streams, joined, told, heard })))
             }
         };
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
@@ -311,18 +316,19 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 
     /// Advances every channel as far as it can go now; `true` if anything
-    /// moved. A device call queues its channels one after the other on its
-    /// one stream, in the same order on every rank: channels interleaved
-    /// differently on two ranks' streams could wait on each other.
+    /// moved. A device call queues each channel on a stream of its own
+    /// (channels queued on one stream in different orders on two ranks
+    /// could wait on each other), joined back into the call's stream once
+    /// all are queued.
     pub fn advance(&mut self, conns: &mut Conns) -> Result<bool> {
         let mut moved = false;
         for c in 0..self.pcs.len() {
             while self.step(c, conns)? {
                 moved = true;
             }
-            if self.gpu.is_some() && self.pcs[c].0 < self.wiring.sched.channels[c].len() {
-                break;
-            }
+        }
+        if self.gpu.as_ref().is_some_and(|g| !g.joined) && self.channels_done() {
+            self.gpu_join()?;
         }
         self.forget_sent(conns);
         Ok(moved)

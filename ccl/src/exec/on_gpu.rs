@@ -7,6 +7,7 @@
 
 use super::{device, Conns, Exec};
 use crate::algo::{Region, Step};
+use crate::config::GPU_NSLOTS;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 use crate::plan::fingerprint;
@@ -15,6 +16,8 @@ use crate::Reduce;
 /// A device step's slots: the host slots claimed (staged connections) and
 /// the connections.
 pub(super) struct Io {
+    /// The channel's stream.
+    pub stream: u64,
     pub host_in: Option<*const u8>,
     pub host_out: Option<*mut u8>,
     pub si: Option<usize>,
@@ -39,13 +42,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             let Some(p) = conns.send_at(si).reserve(slot_bytes, false).map_err(|e| e.with_peer(peer))? else {
                 return Ok(false);
             };
-            let nslots = conns.send_at(si).nslots();
             // SAFETY: a reserved slot holds at least `slot_bytes` (checked
             // when connecting) and is ours until posted.
             let host = unsafe { std::slice::from_raw_parts_mut(p, slot_bytes) };
-            let staged = nslots.is_none();
-            let (mut ds, bytes) = device::DevSend::open(&dev, staged, nslots.unwrap_or(1), slot_bytes, host)
-                .map_err(|e| e.with_peer(peer))?;
+            // within a host, device slots of their own size; staged, a host slot's
+            let staged = conns.send_at(si).nslots().is_none();
+            let (nslots, bytes) =
+                if staged { (1, slot_bytes) } else { (GPU_NSLOTS, g.call.slot_bytes.max(slot_bytes)) };
+            let (mut ds, bytes) =
+                device::DevSend::open(&dev, staged, nslots, bytes, host).map_err(|e| e.with_peer(peer))?;
             // SAFETY: the staging memory lives as long as the connection,
             // which `Conns` drops after the device slots (and this guard).
             ds.pinned = unsafe { device::Pinned::new(&dev, conns.send_at(si).staging_memory()) };
@@ -108,6 +113,17 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         Ok(true)
     }
 
+    /// Makes the call's stream wait for every channel's, once all are queued.
+    pub(super) fn gpu_join(&mut self) -> Result<()> {
+        let Some(g) = self.gpu.as_mut() else { return Ok(()) };
+        let raw = g.call.stream.raw();
+        for &s in g.streams.iter().filter(|&&s| s != raw) {
+            g.call.dev.join(raw, s)?;
+        }
+        g.joined = true;
+        Ok(())
+    }
+
     /// Queues one slot (or one local step) of channel `c`, at step `st`
     /// over connections `links`, on the call's stream.
     pub(super) fn gpu_slot(
@@ -126,6 +142,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         // staged connections carry the bytes in their host slots: claim them first
         let staged_in = ri.filter(|&ri| conns.dev_recv(ri).as_ref().is_some_and(|d| d.flags().is_none()));
         let staged_out = si.filter(|&si| conns.dev_send(si).as_ref().is_some_and(|d| d.staged));
+        if (staged_in.is_some() || staged_out.is_some()) && n * size > conns.slot_bytes() {
+            return Err(Error::transport(format!(
+                "a device message of {} B over a socket whose slots hold {} B: a job on one host whose ranks \
+                 reach each other by tcp needs CCL_GPU_SLOT at most CCL_BUFFSIZE's slots (or CCL_SHM_DISABLE=1)",
+                n * size,
+                conns.slot_bytes()
+            ))
+            .with_peer(st.recv_peer().or(st.send_peer()).unwrap_or(0)));
+        }
         let host_in = match staged_in {
             Some(ri) => {
                 let peer = st.recv_peer().unwrap_or(0);
@@ -156,7 +181,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
             _ => (st.reads().first().copied().map(at), st.writes().map(at), n),
         };
-        self.gpu_step(st, src, dst, elems, Io { host_in, host_out, si, ri }, conns)?;
+        let stream = self.gpu.as_ref().and_then(|g| g.streams.get(c).copied()).unwrap_or(0);
+        self.gpu_step(st, src, dst, elems, Io { stream, host_in, host_out, si, ri }, conns)?;
         if let Some(si) = staged_out {
             conns.send_at(si).post(n * size, &self.fp);
         }
@@ -184,7 +210,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     ) -> Result<()> {
         use crate::gpu::Launch;
         let Some(g) = &self.gpu else { return Err(Error::internal("device step without a device")) };
-        let (dev, stream, k) = (&g.call.dev, g.call.stream.raw(), &g.call.kernels);
+        let (dev, stream, k) = (&g.call.dev, io.stream, &g.call.kernels);
         let bytes = n * std::mem::size_of::<T>();
         let missing = || Error::internal("device step on a connection without device slots");
         let (mut slot_in, mut flags_in, mut count_in) = (0, None, 0);

@@ -116,7 +116,7 @@ type PlanKey = (Coll, algo::Algo, usize, usize, usize, usize, bool, bool);
 
 /// What a call's choice and plan follow from on its group: collective,
 /// count, root, in place, element size, on shared buffers.
-type CallKey = (Coll, usize, usize, bool, usize, bool);
+type CallKey = (Coll, usize, usize, bool, usize, bool, bool);
 
 /// A group's plans: those made so far, the last call's choice and plan,
 /// and how its large calls write their slots.
@@ -146,11 +146,18 @@ impl Planner {
     fn plan_of<T: Reduce>(&mut self, on: &On<'_>, call: &Call<'_, T>) -> Result<(tune::Choice, &Checked)> {
         let shared = call.on_shared();
         let size = std::mem::size_of::<T>();
-        let quick: CallKey = (call.coll, call.count, call.root, call.in_place, size, shared.is_some());
+        let device = call.device.is_some();
+        let quick: CallKey = (call.coll, call.count, call.root, call.in_place, size, shared.is_some(), device);
         let generation = on.tuner.generation();
         let repeated = matches!(&self.last, Some((k, g, _, _)) if *k == quick && *g == generation);
         if !repeated {
-            let choice = on.tuner.choose(call.coll, call.count, size, on.hosts, on.config, shared);
+            let mut choice = on.tuner.choose(call.coll, call.count, size, on.hosts, on.config, shared);
+            if device {
+                // device calls are cut by the device slots (CCL_GPU_SLOT within a host)
+                let (slot_elems, most) = tune::cut(size, on.config.device_slots_on(on.hosts));
+                let chunk = if on.config.chunksize == 0 { most } else { choice.chunk.min(most) };
+                choice = tune::Choice { slot_elems, chunk, ..choice };
+            }
             // the key determines the layout too (size and rank are the group's)
             let layout = call.coll.layout(on.size, on.rank, call.count, call.root, call.in_place);
             let around = crate::exec::writes_around(&layout, size, on.config.nt_stores_min());
@@ -224,7 +231,8 @@ impl Planner {
         };
         let device = match &call.device {
             Some(s) => {
-                Some(Box::new(DevCall { dev: Arc::clone(s.dev()), stream: s.clone(), kernels: Kernels::of::<T, O>()? }))
+                let (dev, stream, kernels) = (Arc::clone(s.dev()), s.clone(), Kernels::of::<T, O>()?);
+                Some(Box::new(DevCall { dev, stream, kernels, slot_bytes: on.config.gpu_slot }))
             }
             None => None,
         };
