@@ -69,6 +69,9 @@ fn scenarios() -> Vec<Scenario> {
         ));
     }
     v.push(s("a rank exits 3", 4, &[FAULT, "exit", "2", "3"], 3, &["lost rank 2 "], "exited with code 3", 10));
+    // the survivors' GPUs wait on the gone rank's flags: the host's watch releases them
+    let gone: &[&str] = &["lost rank 1 "];
+    v.push(s("a rank exits while GPUs wait on it", 3, &[FAULT, "gpu-exit", "1"], 3, gone, "exited with code 3", 15));
     v
 }
 

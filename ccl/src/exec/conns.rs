@@ -336,13 +336,31 @@ impl Conns {
 
     /// Whether the transports are up and the group ranks `peers` alive.
     pub fn check_alive(&self, peers: &[usize]) -> Result<()> {
-        let eps: Vec<usize> = peers.iter().filter_map(|&r| self.endpoints.get(r).copied()).collect();
-        self.reg.check_alive(&eps).map_err(|e| match e.kind() {
-            crate::ErrorKind::PeerLost { rank, .. } => {
-                let group_rank = self.endpoints.iter().position(|ep| ep == rank).unwrap_or(*rank);
-                e.with_peer(group_rank)
-            }
-            _ => e,
-        })
+        alive(&self.reg, &self.endpoints, peers)
     }
+
+    /// [`check_alive`](Self::check_alive) of `peers`, as a check to ask
+    /// from another thread (the GPU watch's).
+    pub(crate) fn liveness(&self, peers: Vec<usize>) -> Box<dyn Fn() -> Result<()> + Send> {
+        let (reg, endpoints) = (Arc::clone(&self.reg), Arc::clone(&self.endpoints));
+        Box::new(move || alive(&reg, &endpoints, &peers))
+    }
+
+    /// This rank, in the group.
+    pub(crate) fn me(&self) -> usize {
+        self.me
+    }
+}
+
+/// Whether `reg`'s transports are up and group ranks `peers` (endpoints
+/// `endpoints[rank]`) alive.
+fn alive(reg: &Registry, endpoints: &[usize], peers: &[usize]) -> Result<()> {
+    let eps: Vec<usize> = peers.iter().filter_map(|&r| endpoints.get(r).copied()).collect();
+    reg.check_alive(&eps).map_err(|e| match e.kind() {
+        crate::ErrorKind::PeerLost { rank, .. } => {
+            let group_rank = endpoints.iter().position(|ep| ep == rank).unwrap_or(*rank);
+            e.with_peer(group_rank)
+        }
+        _ => e,
+    })
 }

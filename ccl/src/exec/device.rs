@@ -61,6 +61,8 @@ pub struct DevCall {
     /// Bytes per device slot of connections within a host (`CCL_GPU_SLOT`;
     /// at least the host slots').
     pub slot_bytes: usize,
+    /// How long its device work may wait on peers (`CCL_TIMEOUT`).
+    pub timeout: std::time::Duration,
 }
 
 /// Owned device memory, freed on drop.

@@ -100,6 +100,9 @@ struct OnGpu {
     /// back into the call's once every channel is queued (`joined`).
     streams: SmallVec<[u64; 4]>,
     joined: bool,
+    /// The flags its streams wait on, and the ranks that write them.
+    waits: Vec<u64>,
+    peers: SmallVec<[usize; 4]>,
     told: SmallVec<[usize; 4]>,
     heard: SmallVec<[usize; 4]>,
 }
@@ -228,8 +231,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             None => (vec![T::zeroed(); sched.scratch], None),
             Some(call) => {
                 let (scratch, streams) = conns.dev_prepare(&call, sched.scratch * size, sched.channels.len())?;
-                let (told, heard, joined) = (SmallVec::new(), SmallVec::new(), false);
-                (Vec::new(), Some(Box::new(OnGpu { call: *call, scratch, streams, joined, told, heard })))
+                let (told, heard, joined, peers) = (SmallVec::new(), SmallVec::new(), false, SmallVec::new());
+                let g = OnGpu { call: *call, scratch, streams, joined, waits: Vec::new(), peers, told, heard };
+                (Vec::new(), Some(Box::new(g)))
             }
         };
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
@@ -328,7 +332,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         }
         if self.gpu.as_ref().is_some_and(|g| !g.joined) && self.channels_done() {
-            self.gpu_join()?;
+            self.gpu_join(conns)?;
         }
         self.forget_sent(conns);
         Ok(moved)

@@ -113,14 +113,26 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         Ok(true)
     }
 
-    /// Makes the call's stream wait for every channel's, once all are queued.
-    pub(super) fn gpu_join(&mut self) -> Result<()> {
+    /// Makes the call's stream wait for every channel's, once all are
+    /// queued, and hands the call to the GPU watch ([`crate::gpu::watch`])
+    /// if its streams wait on peers.
+    pub(super) fn gpu_join(&mut self, conns: &Conns) -> Result<()> {
+        let what = format!("{} at rank {}", fingerprint::Fingerprint::describe(&self.fp), conns.me());
         let Some(g) = self.gpu.as_mut() else { return Ok(()) };
         let raw = g.call.stream.raw();
         for &s in g.streams.iter().filter(|&&s| s != raw) {
             g.call.dev.join(raw, s)?;
         }
         g.joined = true;
+        if !g.waits.is_empty() {
+            crate::gpu::watch::watch(crate::gpu::watch::InFlight {
+                stream: g.call.stream.clone(),
+                flags: std::mem::take(&mut g.waits),
+                alive: conns.liveness(g.peers.to_vec()),
+                deadline: std::time::Instant::now() + g.call.timeout,
+                what,
+            });
+        }
         Ok(())
     }
 
@@ -291,6 +303,20 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         }
         if let Some(ri) = io.ri {
             conns.dev_recv(ri).as_mut().ok_or_else(missing)?.count += 1;
+        }
+        if let Some(g) = self.gpu.as_mut() {
+            // what the GPU watch releases should a peer be lost
+            let waited = [flags_in.map(|f| f.ready), flags_out.map(|f| f.done)];
+            for (f, peer) in waited.into_iter().zip([st.recv_peer(), st.send_peer()]) {
+                if let (Some(f), Some(p)) = (f, peer) {
+                    if !g.waits.contains(&f) {
+                        g.waits.push(f);
+                    }
+                    if !g.peers.contains(&p) {
+                        g.peers.push(p);
+                    }
+                }
+            }
         }
         Ok(())
     }

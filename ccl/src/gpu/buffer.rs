@@ -144,9 +144,12 @@ impl Stream {
         Stream { inner: Arc::new(StreamInner { dev, raw, owned }) }
     }
 
-    /// Waits for everything queued on this stream.
+    /// Waits for everything queued on this stream; an error the stream
+    /// met, or why ccl released the waits of a collective queued on it (a
+    /// peer lost while the GPU waited on it: its results are wrong).
     pub fn synchronize(&self) -> Result<()> {
-        self.inner.dev.sync(self.inner.raw)
+        self.inner.dev.sync(self.inner.raw)?;
+        super::watch::failure(self).map_or(Ok(()), Err)
     }
 
     /// Whether everything queued on this stream has run, without waiting

@@ -26,9 +26,11 @@
 //! - runs after the communicator's previous device call on the GPU, even
 //!   one on another stream (the streams are joined by an event).
 //! - The input buffer must be on the same GPU and context as the output.
-//! - Errors the GPU meets after the call returned (a peer that never
-//!   queued its part, on the emulator a flag that never came) surface at
-//!   the next synchronisation of the stream.
+//! - Errors met after the call returned surface at the next
+//!   synchronisation of the stream: a peer lost while the GPU waits on
+//!   it (a thread of ccl's watches every call in flight and releases its
+//!   waits, so the stream ends, with wrong data, rather than hang; also
+//!   after `CCL_TIMEOUT`), or, on the emulator, a flag that never came.
 //!
 //! Calls over a staged (tcp) connection are the exception for now: their
 //! bytes must reach the host, so the call synchronises the stream at each
@@ -66,6 +68,7 @@ mod cuda;
 mod emu;
 mod kernels;
 mod place;
+pub(crate) mod watch;
 
 pub use buffer::{DeviceBuffer, Gpu, Stream};
 pub use ccl_kernels::cuda::codegen;
@@ -198,10 +201,11 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// for no stream.
     fn read_word(&self, addr: u64) -> Result<u64>;
     /// Stores `value` in the 64-bit word at device address `addr` now,
-    /// waiting for no stream: how flags start at 0.
+    /// waiting for no stream: how flags start at 0, and how the host
+    /// releases waits on them when a peer is lost.
     ///
     /// # Safety
-    /// `addr` is valid and 8-byte aligned, and no queued work writes it.
+    /// `addr` is valid and 8-byte aligned.
     unsafe fn write_word(&self, addr: u64, value: u64) -> Result<()>;
     /// Makes an emulated device misbehave as a test asks; an error for a real one.
     #[doc(hidden)]

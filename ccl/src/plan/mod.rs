@@ -232,7 +232,8 @@ impl Planner {
         let device = match &call.device {
             Some(s) => {
                 let (dev, stream, kernels) = (Arc::clone(s.dev()), s.clone(), Kernels::of::<T, O>()?);
-                Some(Box::new(DevCall { dev, stream, kernels, slot_bytes: on.config.gpu_slot }))
+                let (slot_bytes, timeout) = (on.config.gpu_slot, call.timeout.unwrap_or(on.config.timeout));
+                Some(Box::new(DevCall { dev, stream, kernels, slot_bytes, timeout }))
             }
             None => None,
         };

@@ -16,6 +16,10 @@
 //! all_reduce.
 //! `fault alloc-hang N`: rank 0 waits inside `alloc_shared(N)` for ranks
 //! that never come.
+//! `fault gpu-exit R`: on emulated GPUs, every rank queues an all-reduce
+//! of device buffers; rank R's GPU is slow, and R exits (code 3) as soon
+//! as its call returns, before its GPU has run its part; the others then
+//! synchronise their streams, which wait on R's flags.
 
 use ccl::Sum;
 
@@ -130,12 +134,28 @@ fn main() {
             println!("allocating");
             let _ = comm.alloc_shared(arg(1)).unwrap_or_else(|e| report(e));
         }
+        Some("gpu-exit") => {
+            use ccl::gpu::{Emulation, Gpu};
+            let gpu = Gpu::emulated(g.rank());
+            // the emulator's own bound on a wait far off: the host's watch must act first
+            let wait_limit = std::time::Duration::from_secs(600);
+            let delay = std::time::Duration::from_millis(if g.rank() == arg(1) { 500 } else { 0 });
+            gpu.emulate(Emulation { delay, wait_limit, drop_wait: None }).unwrap_or_else(|e| report(e));
+            let s = gpu.stream().unwrap_or_else(|e| report(e));
+            let mut d = gpu.upload(&buf, &s).unwrap_or_else(|e| report(e));
+            comm.all_reduce(&mut d, Sum).unwrap_or_else(|e| report(e));
+            if g.rank() == arg(1) {
+                std::process::exit(3);
+            }
+            s.synchronize().unwrap_or_else(|e| report(e));
+            println!("rank {}: no error", g.rank());
+        }
         Some("hang") => {
             println!("pid {}", std::process::id());
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
         _ => eprintln!(
-            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N [split] | roots broadcast|reduce N | alloc-hang N | hang"
+            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N [split] | roots broadcast|reduce N | alloc-hang N | gpu-exit R | hang"
         ),
     }
 }
