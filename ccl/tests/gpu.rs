@@ -222,6 +222,22 @@ fn a_missing_wait_on_a_flag_shows_as_wrong_data() {
     assert!(out.iter().any(|&(_, right)| !right), "no rank saw the missing wait: {out:?}");
 }
 
+#[test]
+fn ranks_of_one_process_on_gpus_without_peer_access_fail_with_a_clear_error() {
+    Gpu::emulated(53).emulate(Emulation { no_peer: true, ..Emulation::default() }).expect("must succeed");
+    let config = Config { algo: Some(Algo::Ring), timeout: Duration::from_secs(3), ..Config::default() };
+    let out = LocalJob::new(2).config(config).run(|g| {
+        let gpu = Gpu::emulated(52 + g.rank());
+        let s = gpu.stream().expect("must succeed");
+        let mut d = gpu.upload(&[1.0f32; 1024], &s).expect("must succeed");
+        g.typed::<f32>().all_reduce(&mut d, Sum).and_then(|()| s.synchronize())
+    });
+    let e = out[1].as_ref().expect_err("GPU 53 cannot read GPU 52's slots");
+    assert!(e.to_string().contains("cannot reach the memory of emulated GPU 52 (no peer access"), "{e}");
+    assert!(e.to_string().contains("all_reduce #0") && e.to_string().contains("rank 1"), "{e}");
+    assert!(out[0].is_err(), "rank 0 learns its peer failed: {:?}", out[0]);
+}
+
 #[cfg(not(feature = "cuda"))]
 #[test]
 fn opening_a_gpu_without_the_feature_is_an_error() {

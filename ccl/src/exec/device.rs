@@ -263,6 +263,8 @@ impl DevRecv {
         let source = if staged {
             Source::Staged(DevMem::new(dev, slot_bytes)?)
         } else if let Some(m) = attached.and_then(|a| a.downcast::<DevMem>().ok()).filter(|m| m.ptr == ptr) {
+            // a sender of this process, maybe on another GPU: its kernels read there
+            dev.reach(m.dev().as_ref())?;
             Source::Shared(m)
         } else if pid == u64::from(std::process::id()) {
             return Err(Error::internal("a device hello from this process without its slots attached"));

@@ -273,6 +273,27 @@ impl Device for Cuda {
             check(sys::cuStreamSynchronize(own), "writing a flag")
         }
     }
+    fn reach(&self, owner: &dyn Device) -> Result<()> {
+        if owner.context() == self.context() {
+            return Ok(());
+        }
+        self.bind()?;
+        let (mut me, mut them, mut can) = (0, 0, 0);
+        // SAFETY: out-pointers; ordinals of devices the driver opened.
+        unsafe {
+            check(sys::cuDeviceGet(&mut me, self.ordinal() as i32), "cuDeviceGet")?;
+            check(sys::cuDeviceGet(&mut them, owner.ordinal() as i32), "cuDeviceGet")?;
+            check(sys::cuDeviceCanAccessPeer(&mut can, me, them), "cuDeviceCanAccessPeer")?;
+        }
+        if can == 0 {
+            return Err(super::no_peer_access(self, owner));
+        }
+        // SAFETY: the other device's primary context, alive while its device is open.
+        match unsafe { sys::cuCtxEnablePeerAccess(owner.context() as sys::CUcontext, 0) } {
+            sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            r => check(r, "cuCtxEnablePeerAccess"),
+        }
+    }
     fn sync(&self, stream: u64) -> Result<()> {
         self.bind()?;
         // SAFETY: a stream handle of this context (checked by callers) or 0.

@@ -301,6 +301,12 @@ impl Device for Emu {
         unsafe { AtomicU64::from_ptr(addr as *mut u64) }.store(value, Ordering::Release);
         Ok(())
     }
+    fn reach(&self, owner: &dyn Device) -> Result<()> {
+        if owner.context() != self.context() && self.how.lock().unwrap_or_else(|e| e.into_inner()).no_peer {
+            return Err(super::no_peer_access(self, owner));
+        }
+        Ok(())
+    }
     fn emulate(&self, how: Emulation) -> Result<()> {
         *self.how.lock().unwrap_or_else(|e| e.into_inner()) = how;
         self.waits.store(0, Ordering::Relaxed);

@@ -131,6 +131,16 @@ pub enum Launch {
     },
 }
 
+/// The error for a device that cannot reach `owner`'s memory.
+fn no_peer_access(dev: &dyn Device, owner: &dyn Device) -> crate::error::Error {
+    crate::error::Error::device(format!(
+        "{} cannot reach the memory of {} (no peer access between them): ranks that are threads of one \
+         process need GPUs with peer access (NVLink or PCIe P2P); else run one process per GPU",
+        dev.describe(),
+        owner.describe()
+    ))
+}
+
 /// How an emulated device misbehaves, for tests that show what a missing
 /// wait or flag does ([`Gpu::emulate`]).
 #[doc(hidden)]
@@ -142,6 +152,8 @@ pub struct Emulation {
     pub wait_limit: std::time::Duration,
     /// Drops the `n`th wait (from 1) queued on this device from now on.
     pub drop_wait: Option<u64>,
+    /// Has no peer access to other emulated GPUs' memory.
+    pub no_peer: bool,
 }
 
 /// What ccl needs from a GPU: memory, copies, kernels, streams, IPC.
@@ -207,6 +219,9 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// # Safety
     /// `addr` is valid and 8-byte aligned.
     unsafe fn write_word(&self, addr: u64, value: u64) -> Result<()>;
+    /// Lets this device's streams and kernels read and write memory of
+    /// `owner` (peer access, enabled once); an error where they cannot.
+    fn reach(&self, owner: &dyn Device) -> Result<()>;
     /// Makes an emulated device misbehave as a test asks; an error for a real one.
     #[doc(hidden)]
     fn emulate(&self, _how: Emulation) -> Result<()> {

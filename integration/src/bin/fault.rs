@@ -140,7 +140,7 @@ fn main() {
             // the emulator's own bound on a wait far off: the host's watch must act first
             let wait_limit = std::time::Duration::from_secs(600);
             let delay = std::time::Duration::from_millis(if g.rank() == arg(1) { 500 } else { 0 });
-            gpu.emulate(Emulation { delay, wait_limit, drop_wait: None }).unwrap_or_else(|e| report(e));
+            gpu.emulate(Emulation { delay, wait_limit, ..Emulation::default() }).unwrap_or_else(|e| report(e));
             let s = gpu.stream().unwrap_or_else(|e| report(e));
             let mut d = gpu.upload(&buf, &s).unwrap_or_else(|e| report(e));
             comm.all_reduce(&mut d, Sum).unwrap_or_else(|e| report(e));
