@@ -69,8 +69,15 @@ fn scenarios() -> Vec<Scenario> {
         ));
     }
     v.push(s("a rank exits 3", 4, &[FAULT, "exit", "2", "3"], 3, &["lost rank 2 "], "exited with code 3", 10));
-    // the survivors' GPUs wait on the gone rank's flags: the host's watch releases them
-    let gone: &[&str] = &["lost rank 1 "];
+    // the survivors' GPUs wait on the gone rank's flags: the host's watch
+    // releases them (a survivor may find first another that already left
+    // with its error: each names the peer it waited on)
+    let gone: &[&str] = &[
+        "the GPU waited on a peer that is gone (peer 1: lost rank 1 ",
+        "(peer 0: lost rank 0 ",
+        "peer 2's device work was released",
+        "peer 1: GPU: cannot map another process's emulated GPU memory (/proc/",
+    ];
     v.push(s("a rank exits while GPUs wait on it", 3, &[FAULT, "gpu-exit", "1"], 3, gone, "exited with code 3", 15));
     v
 }

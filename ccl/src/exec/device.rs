@@ -10,18 +10,21 @@
 //!
 //! Data message `k` of the connection sits in device slot `k % nslots`.
 //! Within a host the hand-off happens on the GPUs: after the slots come
-//! two flags, `ready` (messages written, stored by the
-//! sender's stream after it fills a slot) and `done` (messages read,
-//! stored by the receiver's stream after its kernels have read one). The
-//! receiver's stream waits for `ready > k` before it reads message `k`;
-//! the sender's stream waits for `done > k - nslots` before it overwrites
-//! the slot. The hosts only queue that work, and exchange one message per
-//! call and connection (the call's fingerprint, checked by the receiver).
-//! A staged connection hands its slots over on the host, after
-//! synchronising the stream, as the socket needs the bytes there.
+//! their flags, one per slot, `EMPTY` or `FULL`. The sender's stream
+//! waits for its slot's flag to be empty, fills the slot and sets the flag
+//! full; the receiver's stream waits for it to be full, reads the slot
+//! (its kernels) and sets it empty. Each slot is thus a queue of one
+//! between two streams that run in order, and a call leaves every flag as
+//! it found it, so a captured graph replays the same operations correctly
+//! (no count is baked into them). The hosts only queue that work, and
+//! exchange one message per call and connection (the call's fingerprint,
+//! checked by the receiver). A staged connection hands its slots over on
+//! the host, after synchronising the stream, as the socket needs the
+//! bytes there.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::gpu::{Device, Kernels};
+use crate::gpu::watch::RELEASED;
+use crate::gpu::{Device, Kernels, Until};
 use crate::transport::fifo::Attachment;
 use std::sync::Arc;
 
@@ -30,23 +33,24 @@ pub const HELLO: [u64; 4] = [0x6363_6c2d_6770_7531; 4];
 const MAGIC: &[u8; 8] = b"ccl-gpu1";
 /// Bytes of a hello.
 const HELLO_BYTES: usize = 128;
-/// Bytes of the flags after a connection's slots (each flag on a line of its own).
-const FLAG_BYTES: usize = 128;
+/// Bytes of each slot's flag (a line of its own).
+const FLAG_BYTES: usize = 64;
+/// A slot's flag: the slot may be filled.
+pub(crate) const EMPTY: u64 = 0;
+/// A slot's flag: the slot holds a message not yet read.
+pub(crate) const FULL: u64 = 1;
+/// What a sender's stream waits for before it fills a slot: empty (or
+/// released by the host, [`RELEASED`]).
+pub(crate) const UNTIL_EMPTY: Until = Until::SomeClear(FULL);
+/// What a receiver's stream waits for before it reads a slot: full (or released).
+pub(crate) const UNTIL_FULL: Until = Until::SomeSet(FULL | RELEASED);
 
-/// The device addresses of a connection's two flags.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Flags {
-    /// Messages the sender has written.
-    pub ready: u64,
-    /// Messages the receiver has read.
-    pub done: u64,
-}
-
-impl Flags {
-    fn after(base: u64, nslots: usize, slot_bytes: usize) -> Self {
-        let ready = base + (nslots * slot_bytes).next_multiple_of(64) as u64;
-        Flags { ready, done: ready + 64 }
-    }
+/// The flag of slot `i` of a connection's device memory at `base`; slot
+/// `nslots`'s is the connection's poison mark ([`POISONED`]).
+///
+/// [`POISONED`]: crate::gpu::watch::POISONED
+fn flag(base: u64, nslots: usize, slot_bytes: usize, i: usize) -> u64 {
+    base + ((nslots * slot_bytes).next_multiple_of(FLAG_BYTES) + i * FLAG_BYTES) as u64
 }
 
 /// A call's device: where its kernels run and what they are.
@@ -139,15 +143,22 @@ impl DevSend {
         self.mem.ptr + (i * self.slot_bytes) as u64
     }
 
-    /// The flags, unless staged.
-    pub fn flags(&self) -> Option<Flags> {
-        (!self.staged).then(|| Flags::after(self.mem.ptr, self.nslots, self.slot_bytes))
+    /// The flag of the next data message's slot, unless staged.
+    pub fn flag(&self) -> Option<u64> {
+        let i = (self.count % self.nslots as u64) as usize;
+        (!self.staged).then(|| flag(self.mem.ptr, self.nslots, self.slot_bytes, i))
+    }
+
+    /// The connection's poison mark, unless staged.
+    pub fn mark(&self) -> Option<u64> {
+        (!self.staged).then(|| flag(self.mem.ptr, self.nslots, self.slot_bytes, self.nslots))
     }
 
     /// Whether the receiver has read every message sent (a receiver in
     /// another process reads the slots until then).
     pub fn drained(&self) -> bool {
-        self.flags().is_none_or(|f| self.mem.dev.read_word(f.done).is_ok_and(|d| d >= self.count))
+        let full = |i| self.mem.dev.read_word(flag(self.mem.ptr, self.nslots, self.slot_bytes, i)).map(|w| w & FULL);
+        self.staged || (0..self.nslots).all(|i| full(i).is_ok_and(|f| f == 0))
     }
 }
 
@@ -185,14 +196,24 @@ impl DevRecv {
         }
     }
 
-    /// The sender's flags, unless staged.
-    pub fn flags(&self) -> Option<Flags> {
+    /// The flag of the next data message's slot (the sender's), unless staged.
+    pub fn flag(&self) -> Option<u64> {
         let base = match &self.source {
             Source::Imported(_, p) => *p,
             Source::Shared(m) => m.ptr,
             Source::Staged(_) => return None,
         };
-        Some(Flags::after(base, self.nslots, self.slot_bytes))
+        Some(flag(base, self.nslots, self.slot_bytes, (self.count % self.nslots as u64) as usize))
+    }
+
+    /// The connection's poison mark (in the sender's memory), unless staged.
+    pub fn mark(&self) -> Option<u64> {
+        let base = match &self.source {
+            Source::Imported(_, p) => *p,
+            Source::Shared(m) => m.ptr,
+            Source::Staged(_) => return None,
+        };
+        Some(flag(base, self.nslots, self.slot_bytes, self.nslots))
     }
 }
 
@@ -218,14 +239,13 @@ impl DevSend {
         if host_slot.len() < HELLO_BYTES {
             return Err(Error::internal("host slots too small for a device hello"));
         }
-        let (n, flags) = if staged { (1, 0) } else { (nslots, FLAG_BYTES) };
-        let mem = Arc::new(DevMem::new(dev, (n * slot_bytes).next_multiple_of(64) + flags)?);
+        let (n, flags) = if staged { (1, 0) } else { (nslots, (nslots + 1) * FLAG_BYTES) };
+        let mem = Arc::new(DevMem::new(dev, (n * slot_bytes).next_multiple_of(FLAG_BYTES) + flags)?);
         let handle = if staged { [0u8; 64] } else { dev.export(mem.ptr)? };
-        if !staged {
-            let f = Flags::after(mem.ptr, nslots, slot_bytes);
+        for i in (0..=nslots).filter(|_| !staged) {
             // SAFETY: aligned words of the fresh allocation, which nothing
             // has queued work on yet.
-            unsafe { dev.write_word(f.ready, 0).and_then(|()| dev.write_word(f.done, 0))? };
+            unsafe { dev.write_word(flag(mem.ptr, nslots, slot_bytes, i), EMPTY)? };
         }
 
         let h = &mut host_slot[..HELLO_BYTES];

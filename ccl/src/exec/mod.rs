@@ -100,9 +100,11 @@ struct OnGpu {
     /// back into the call's once every channel is queued (`joined`).
     streams: SmallVec<[u64; 4]>,
     joined: bool,
-    /// The flags its streams wait on, and the ranks that write them.
+    /// The flags its streams wait on, the ranks that write them, and the
+    /// poison marks of its connections with their peers.
     waits: Vec<u64>,
     peers: SmallVec<[usize; 4]>,
+    marks: Vec<(u64, usize)>,
     told: SmallVec<[usize; 4]>,
     heard: SmallVec<[usize; 4]>,
 }
@@ -232,7 +234,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             Some(call) => {
                 let (scratch, streams) = conns.dev_prepare(&call, sched.scratch * size, sched.channels.len())?;
                 let (told, heard, joined, peers) = (SmallVec::new(), SmallVec::new(), false, SmallVec::new());
-                let g = OnGpu { call: *call, scratch, streams, joined, waits: Vec::new(), peers, told, heard };
+                let (waits, marks) = (Vec::new(), Vec::new());
+                let g = OnGpu { call: *call, scratch, streams, joined, waits, peers, marks, told, heard };
                 (Vec::new(), Some(Box::new(g)))
             }
         };

@@ -71,7 +71,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             let hello = unsafe { std::slice::from_raw_parts(p, bytes) };
             let ours = format!("{} on device memory", fingerprint::Fingerprint::describe(&self.fp));
             let attached = conns.recv_at(ri).attached();
-            let mut dr = device::DevRecv::accept(&dev, hello, fp, ours, attached).map_err(|e| e.with_peer(peer))?;
+            // (a sender gone since its hello leaves nothing to map: say so)
+            let mut dr = device::DevRecv::accept(&dev, hello, fp, ours, attached)
+                .map_err(|e| conns.check_alive(&[peer]).err().unwrap_or(e).with_peer(peer))?;
             // SAFETY: as for the sending side above.
             dr.pinned = unsafe { device::Pinned::new(&dev, conns.recv_at(ri).staging_memory()) };
             conns.recv_at(ri).release();
@@ -88,7 +90,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let Some(g) = &self.gpu else { return Ok(true) };
         let flagged_send = si.filter(|&si| !g.told.contains(&si) && conns.dev_send(si).as_ref().is_some_and(|d| !d.staged));
         let flagged_recv =
-            ri.filter(|&ri| !g.heard.contains(&ri) && conns.dev_recv(ri).as_ref().is_some_and(|d| d.flags().is_some()));
+            ri.filter(|&ri| !g.heard.contains(&ri) && conns.dev_recv(ri).as_ref().is_some_and(|d| d.flag().is_some()));
         if let Some(ri) = flagged_recv {
             let peer = st.recv_peer().unwrap_or(0);
             let Some((_, bytes, fp)) = conns.recv_at(ri).peek().map_err(|e| e.with_peer(peer))? else {
@@ -128,9 +130,11 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             crate::gpu::watch::watch(crate::gpu::watch::InFlight {
                 stream: g.call.stream.clone(),
                 flags: std::mem::take(&mut g.waits),
+                marks: std::mem::take(&mut g.marks),
                 alive: conns.liveness(g.peers.to_vec()),
                 deadline: std::time::Instant::now() + g.call.timeout,
                 what,
+                released: false,
             });
         }
         Ok(())
@@ -152,7 +156,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let (size, se, len) = (std::mem::size_of::<T>(), self.slot_elems, st.len());
         let n = len.saturating_sub(u * se).min(se);
         // staged connections carry the bytes in their host slots: claim them first
-        let staged_in = ri.filter(|&ri| conns.dev_recv(ri).as_ref().is_some_and(|d| d.flags().is_none()));
+        let staged_in = ri.filter(|&ri| conns.dev_recv(ri).as_ref().is_some_and(|d| d.flag().is_none()));
         let staged_out = si.filter(|&si| conns.dev_send(si).as_ref().is_some_and(|d| d.staged));
         if (staged_in.is_some() || staged_out.is_some()) && n * size > conns.slot_bytes() {
             return Err(Error::transport(format!(
@@ -225,20 +229,20 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let (dev, stream, k) = (&g.call.dev, io.stream, &g.call.kernels);
         let bytes = n * std::mem::size_of::<T>();
         let missing = || Error::internal("device step on a connection without device slots");
-        let (mut slot_in, mut flags_in, mut count_in) = (0, None, 0);
+        let (mut slot_in, mut flag_in, mut mark_in) = (0, None, None);
         if let Some(ri) = io.ri {
             let r = conns.dev_recv(ri).as_ref().ok_or_else(missing)?;
-            (slot_in, flags_in, count_in) = (r.slot(), r.flags(), r.count);
+            (slot_in, flag_in, mark_in) = (r.slot(), r.flag(), r.mark());
             if let (device::Source::Staged(m), Some(h)) = (&r.source, io.host_in) {
                 // SAFETY: the peeked host slot holds `bytes` (checked) until
                 // released, which is after the sync below.
                 unsafe { dev.copy(stream, m.ptr, h as u64, bytes)? };
             }
         }
-        let (mut slot_out, mut flags_out, mut count_out, mut nslots) = (0, None, 0, 1);
+        let (mut slot_out, mut flag_out, mut mark_out) = (0, None, None);
         if let Some(si) = io.si {
             let s = conns.dev_send(si).as_ref().ok_or_else(missing)?;
-            (slot_out, flags_out, count_out, nslots) = (s.slot(), s.flags(), s.count, s.nslots as u64);
+            (slot_out, flag_out, mark_out) = (s.slot(), s.flag(), s.mark());
         }
         let (s, d) = (src.map_or(0, |r| self.dptr(r)), dst.map_or(0, |r| self.dptr(r)));
         // SAFETY: regions were validated against their buffers in `new`
@@ -247,14 +251,13 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         // kept while calls may use it); slots hold at least `n` elements;
         // flags are words of the slots' allocations, alive until every
         // receiver has read the connection (`Conns`); and a slot is written
-        // only after the receiver's `done` says it has been read, read only
-        // after the sender's `ready` says it is full.
+        // only once its flag says empty, read only once it says full.
         unsafe {
-            if let Some(f) = flags_in {
-                dev.wait_value(stream, f.ready, count_in + 1)?;
+            if let Some(f) = flag_in {
+                dev.wait_value(stream, f, device::UNTIL_FULL)?;
             }
-            if let Some(f) = flags_out.filter(|_| count_out >= nslots) {
-                dev.wait_value(stream, f.done, count_out + 1 - nslots)?;
+            if let Some(f) = flag_out {
+                dev.wait_value(stream, f, device::UNTIL_EMPTY)?;
             }
             if n > 0 {
                 match st {
@@ -288,11 +291,11 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     dev.copy(stream, h as u64, slot_out, bytes)?;
                 }
             }
-            if let Some(f) = flags_in {
-                dev.write_value(stream, f.done, count_in + 1)?;
+            if let Some(f) = flag_in {
+                dev.write_value(stream, f, device::EMPTY)?;
             }
-            if let Some(f) = flags_out {
-                dev.write_value(stream, f.ready, count_out + 1)?;
+            if let Some(f) = flag_out {
+                dev.write_value(stream, f, device::FULL)?;
             }
         }
         if io.host_in.is_some() || io.host_out.is_some() {
@@ -306,14 +309,17 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         }
         if let Some(g) = self.gpu.as_mut() {
             // what the GPU watch releases should a peer be lost
-            let waited = [flags_in.map(|f| f.ready), flags_out.map(|f| f.done)];
-            for (f, peer) in waited.into_iter().zip([st.recv_peer(), st.send_peer()]) {
-                if let (Some(f), Some(p)) = (f, peer) {
+            let sides = [(flag_in, mark_in, st.recv_peer()), (flag_out, mark_out, st.send_peer())];
+            for (f, m, peer) in sides {
+                if let (Some(f), Some(m), Some(p)) = (f, m, peer) {
                     if !g.waits.contains(&f) {
                         g.waits.push(f);
                     }
                     if !g.peers.contains(&p) {
                         g.peers.push(p);
+                    }
+                    if !g.marks.iter().any(|&(a, _)| a == m) {
+                        g.marks.push((m, p));
                     }
                 }
             }

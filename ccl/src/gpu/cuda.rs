@@ -3,7 +3,7 @@
 //! copies with `cuMemcpyAsync` (unified addressing: any direction), IPC
 //! with `cuIpcGetMemHandle` / `cuIpcOpenMemHandle`.
 
-use super::{Device, Kernels, Launch, Memory};
+use super::{Device, Kernels, Launch, Memory, Until};
 use crate::error::{Error, Result};
 use cudarc::driver::{sys, CudaContext, CudaStream};
 use std::collections::HashMap;
@@ -221,9 +221,14 @@ impl Device for Cuda {
         let r = unsafe { sys::cuStreamWriteValue64_v2(stream as sys::CUstream, addr, value, flags) };
         check(r, "cuStreamWriteValue64")
     }
-    unsafe fn wait_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
+    unsafe fn wait_value(&self, stream: u64, addr: u64, until: Until) -> Result<()> {
         self.bind()?;
-        let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        use sys::CUstreamWaitValue_flags as W;
+        let (value, flags) = match until {
+            Until::AtLeast(v) => (v, W::CU_STREAM_WAIT_VALUE_GEQ as u32),
+            Until::SomeSet(m) => (m, W::CU_STREAM_WAIT_VALUE_AND as u32),
+            Until::SomeClear(m) => (!m, W::CU_STREAM_WAIT_VALUE_NOR as u32),
+        };
         // SAFETY: as in `write_value`.
         let r = unsafe { sys::cuStreamWaitValue64_v2(stream as sys::CUstream, addr, value, flags) };
         check(r, "cuStreamWaitValue64")

@@ -11,7 +11,7 @@
 //! it through `/proc/<pid>/fd/<fd>`, the way ranks that share a GPU map
 //! each other's memory with CUDA IPC.
 
-use super::{Device, Emulation, Kernels, Launch, Memory};
+use super::{Device, Emulation, Kernels, Launch, Memory, Until};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,7 +46,7 @@ enum Work {
     },
     Wait {
         addr: u64,
-        value: u64,
+        until: Until,
     },
     /// Waits until `lane` has run `upto` operations.
     After {
@@ -154,7 +154,7 @@ pub(crate) struct Emu {
     imports: Mutex<HashMap<u64, usize>>,
     streams: Mutex<HashMap<u64, Arc<Lane>>>,
     how: Mutex<Emulation>,
-    /// Waits queued since the last [`Device::emulate`].
+    /// Waits for a set bit queued since the last [`Device::emulate`].
     waits: AtomicU64,
 }
 
@@ -266,12 +266,14 @@ impl Device for Emu {
     unsafe fn write_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
         self.queue(stream, Work::Write { addr, value })
     }
-    unsafe fn wait_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
-        let n = self.waits.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.how.lock().unwrap_or_else(|e| e.into_inner()).drop_wait == Some(n) {
-            return Ok(());
+    unsafe fn wait_value(&self, stream: u64, addr: u64, until: Until) -> Result<()> {
+        if let Until::SomeSet(_) = until {
+            let n = self.waits.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.how.lock().unwrap_or_else(|e| e.into_inner()).drop_wait == Some(n) {
+                return Ok(());
+            }
         }
-        self.queue(stream, Work::Wait { addr, value })
+        self.queue(stream, Work::Wait { addr, until })
     }
     fn join(&self, later: u64, earlier: u64) -> Result<()> {
         let lane = self.lane(earlier)?;
@@ -354,10 +356,13 @@ impl Device for Emu {
             return Err(Error::device("not an emulated GPU's memory handle"));
         }
         let path = format!("/proc/{pid}/fd/{fd}");
-        let f =
-            std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
-                Error::device(format!("cannot map another process's emulated GPU memory ({path}): {e}"))
-            })?;
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
+            // a process that has exited (a zombie until reaped) keeps no descriptors
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let gone = stat.rsplit(')').next().is_none_or(|s| s.trim_start().starts_with(['Z', 'X']));
+            let why = if gone { format!("process {pid}, which exported it, has exited") } else { e.to_string() };
+            Error::device(format!("cannot map another process's emulated GPU memory ({path}): {why}"))
+        })?;
         // SAFETY: a shared mapping of the exporter's memfd; checked below.
         let p = unsafe {
             use std::os::fd::AsRawFd;
@@ -406,15 +411,15 @@ unsafe fn run(w: Work, how: &Emulation) -> std::result::Result<(), String> {
             }
             Work::Launch(k, Launch::Div { buf, ranks, n }) => (k.host_finish)(buf as _, n, ranks),
             Work::Write { addr, value } => AtomicU64::from_ptr(addr as *mut u64).store(value, Ordering::Release),
-            Work::Wait { addr, value } => {
+            Work::Wait { addr, until } => {
                 let word = AtomicU64::from_ptr(addr as *mut u64);
                 let limit = if how.wait_limit.is_zero() { WAIT_LIMIT } else { how.wait_limit };
                 let start = Instant::now();
                 let mut spins = 0u32;
-                while word.load(Ordering::Acquire) < value {
+                while !until.met(word.load(Ordering::Acquire)) {
                     if start.elapsed() > limit {
                         return Err(format!(
-                            "waited {limit:?} for the flag at {addr:#x} to reach {value} (it holds {}): \
+                            "waited {limit:?} for the flag at {addr:#x} to meet {until:?} (it holds {}): \
                              a flag never written, or a peer that never queued its part",
                             word.load(Ordering::Acquire)
                         ));
@@ -458,7 +463,7 @@ mod tests {
         let src = 7u64;
         // SAFETY: the flag, `mem` and `other` live until the end; `src` too.
         unsafe {
-            d.wait_value(a, f, 1).expect("wait");
+            d.wait_value(a, f, Until::AtLeast(1)).expect("wait");
             d.copy(a, mem, &src as *const u64 as u64, 8).expect("copy");
             d.copy(b, other, &src as *const u64 as u64, 8).expect("copy");
         }
@@ -478,9 +483,9 @@ mod tests {
         let s = d.new_stream().expect("stream");
         let f = flag(&d);
         // SAFETY: the flag lives until the end.
-        unsafe { d.wait_value(s, f, 3) }.expect("wait");
+        unsafe { d.wait_value(s, f, Until::SomeSet(3)) }.expect("wait");
         let e = d.sync(s).expect_err("must fail");
-        assert!(e.to_string().contains("to reach 3 (it holds 0)"), "{e}");
+        assert!(e.to_string().contains("to meet SomeSet(3) (it holds 0)"), "{e}");
         assert!(d.sync(s).is_err() && d.idle(s).is_err(), "a failed stream stays failed");
         // SAFETY: as above.
         assert!(unsafe { d.write_value(s, f, 1) }.is_err(), "nothing more is queued on it");
@@ -493,7 +498,7 @@ mod tests {
         let (f, g) = (flag(&d), flag(&d));
         // SAFETY: the flags live until the end.
         unsafe {
-            d.wait_value(a, f, 1).expect("wait");
+            d.wait_value(a, f, Until::AtLeast(1)).expect("wait");
             d.join(b, a).expect("join");
             d.write_value(b, g, 5).expect("write");
         }

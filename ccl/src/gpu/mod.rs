@@ -40,11 +40,12 @@
 //!
 //! Slots work as for host memory (a FIFO per connection), but a slot's
 //! bytes live in device memory of the sender, and within a host the
-//! hand-off happens on the GPUs: the sender's stream stores a `ready`
-//! count after it fills a slot, the receiver's stream waits for it
-//! (`cuStreamWaitValue64`) before its kernels read the slot and then stores
-//! a `done` count, which the sender's stream waits for before it reuses
-//! the slot. The receiver maps the sender's slots and flags through CUDA
+//! hand-off happens on the GPUs: each slot has a flag, empty or full; the
+//! sender's stream waits (`cuStreamWaitValue64`) for it to be empty,
+//! fills the slot and sets it full (`cuStreamWriteValue64`); the
+//! receiver's stream waits for full, reads the slot with its kernels and
+//! sets it empty. A call leaves every flag as it found it. The receiver
+//! maps the sender's slots and flags through CUDA
 //! IPC (once per connection; several ranks may share one GPU); threads of
 //! one process share the pointer. Across hosts (the tcp transport) slots
 //! are staged through host memory: the sender copies its device slot into
@@ -141,6 +142,29 @@ fn no_peer_access(dev: &dyn Device, owner: &dyn Device) -> crate::error::Error {
     ))
 }
 
+/// What a stream waits for a word to meet ([`Device::wait_value`]), as
+/// `cuStreamWaitValue64` can test it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// At least this value (`CU_STREAM_WAIT_VALUE_GEQ`).
+    AtLeast(u64),
+    /// Some bit of this mask set (`CU_STREAM_WAIT_VALUE_AND`).
+    SomeSet(u64),
+    /// Some bit of this mask clear (`CU_STREAM_WAIT_VALUE_NOR` of its complement).
+    SomeClear(u64),
+}
+
+impl Until {
+    /// Whether `word` meets it.
+    pub fn met(self, word: u64) -> bool {
+        match self {
+            Until::AtLeast(v) => word >= v,
+            Until::SomeSet(m) => word & m != 0,
+            Until::SomeClear(m) => word & m != m,
+        }
+    }
+}
+
 /// How an emulated device misbehaves, for tests that show what a missing
 /// wait or flag does ([`Gpu::emulate`]).
 #[doc(hidden)]
@@ -150,7 +174,9 @@ pub struct Emulation {
     pub delay: std::time::Duration,
     /// How long a stream waits on a flag before it fails (0: a minute).
     pub wait_limit: std::time::Duration,
-    /// Drops the `n`th wait (from 1) queued on this device from now on.
+    /// Drops the `n`th wait (from 1) for a word to have some bit set
+    /// ([`Until::SomeSet`]: a receiver's wait for a full slot) queued on
+    /// this device from now on.
     pub drop_wait: Option<u64>,
     /// Has no peer access to other emulated GPUs' memory.
     pub no_peer: bool,
@@ -195,12 +221,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// `addr` is valid and 8-byte aligned until the stream has passed it.
     unsafe fn write_value(&self, stream: u64, addr: u64, value: u64) -> Result<()>;
     /// Queues on `stream`: nothing queued after it starts until the 64-bit
-    /// word at `addr` is at least `value` (flags only grow). Other streams
-    /// and the host go on meanwhile.
+    /// word at `addr` meets `until`. Other streams and the host go on
+    /// meanwhile.
     ///
     /// # Safety
     /// As [`write_value`](Self::write_value).
-    unsafe fn wait_value(&self, stream: u64, addr: u64, value: u64) -> Result<()>;
+    unsafe fn wait_value(&self, stream: u64, addr: u64, until: Until) -> Result<()>;
     /// Orders the work queued on `later` from now on after everything
     /// queued on `earlier` so far (an event recorded on one, awaited on the
     /// other); neither waits on the host.

@@ -7,18 +7,29 @@
 //! thread per process that watches it until its stream has run it: while
 //! it has not, the thread asks whether the peers it waits on are alive,
 //! and once one is lost, or the call's deadline (`CCL_TIMEOUT`) has
-//! passed, it releases the waits by setting every flag the call waits on
-//! past any count. The stream then runs to its end (with wrong data),
-//! and the next synchronisation of the stream reports why
-//! ([`Stream::synchronize`]).
+//! passed, it releases the waits: it sets every flag the call waits on to
+//! [`RELEASED`], which both sides of a slot take as their turn, and again
+//! at each look (the stream's own writes undo it) until the stream has run
+//! to its end (with wrong data). It also marks every connection the call
+//! used as poisoned (a word beside the slots' flags, set before the
+//! release, so before any wrong data leaves): a peer whose own call ends
+//! normally, but on data from a released one, finds the mark when its call
+//! is done and fails too. The next synchronisation of the stream reports
+//! why ([`Stream::synchronize`]), after a look of its own, so that no
+//! wrong result passes for a right one.
 
 use super::Stream;
 use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// What a released flag holds: past any count a connection reaches.
-pub(crate) const RELEASED: u64 = 1 << 62;
+/// What a released flag holds: a value that both a slot's sender (waiting
+/// for bit 0 clear: empty) and its receiver (waiting for bit 0 or 1 set:
+/// full) take as their turn.
+pub(crate) const RELEASED: u64 = 2;
+
+/// What a poisoned connection's mark holds.
+pub(crate) const POISONED: u64 = 0x6363_6c2d_706f_6973;
 
 /// How often the watch looks at the calls in flight.
 const EVERY: Duration = Duration::from_millis(10);
@@ -29,12 +40,16 @@ pub(crate) struct InFlight {
     pub stream: Stream,
     /// The device addresses of the flags its streams wait on.
     pub flags: Vec<u64>,
+    /// The poison marks of the connections it used, and the peer of each.
+    pub marks: Vec<(u64, usize)>,
     /// `Ok` while the peers it waits on are alive.
     pub alive: Box<dyn Fn() -> Result<()> + Send>,
     /// When it fails though every peer is alive.
     pub deadline: Instant,
     /// The call, for messages: `all_reduce #3 at rank 0`.
     pub what: String,
+    /// Whether its waits are being released.
+    pub released: bool,
 }
 
 #[derive(Default)]
@@ -63,31 +78,57 @@ impl Watch {
     fn look(&self) {
         let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        calls.retain(|c| {
-            if !matches!(c.stream.query(), Ok(false)) {
-                // finished, or failed on its own (the stream reports that)
-                return false;
-            }
-            let why = match (c.alive)() {
-                Err(e) => e.to_string(),
-                Ok(()) if now >= c.deadline => "its peers' part never ran on their GPUs (CCL_TIMEOUT)".into(),
-                Ok(()) => return true,
+        calls.retain_mut(|c| {
+            let dev = Arc::clone(c.stream.dev());
+            let fail = |c: &InFlight, why: String| {
+                let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+                failed.push((dev.context(), c.stream.raw(), Error::device(format!("{}: {why}", c.what))));
             };
-            let dev = c.stream.dev();
+            match c.stream.query() {
+                Ok(false) => {}
+                Ok(true) if !c.released => {
+                    // done: but on data of a peer whose work was released?
+                    let poisoned = c.marks.iter().find(|(m, _)| dev.read_word(*m).is_ok_and(|w| w == POISONED));
+                    if let Some((_, peer)) = poisoned {
+                        fail(
+                            c,
+                            format!(
+                                "peer {peer}'s device work was released (a rank it waited on is gone), and \
+                                         its data reached this rank: the results are wrong"
+                            ),
+                        );
+                    }
+                    return false;
+                }
+                // finished, or failed on its own (the stream reports that)
+                _ => return false,
+            }
+            if !c.released {
+                let why = match (c.alive)() {
+                    Err(e) => e.to_string(),
+                    Ok(()) if now >= c.deadline => "its peers' part never ran on their GPUs (CCL_TIMEOUT)".into(),
+                    Ok(()) => return true,
+                };
+                fail(
+                    &*c,
+                    format!(
+                        "the GPU waited on a peer that is gone ({why}); its device work was released and its \
+                                 results are wrong"
+                    ),
+                );
+                c.released = true;
+                for &(m, _) in &c.marks {
+                    // SAFETY: as for the flags below; a word of its own.
+                    let _ = unsafe { dev.write_word(m, POISONED) };
+                }
+            }
             for &f in &c.flags {
                 // SAFETY: a flag word of a connection's slot memory, kept
-                // mapped while calls use it; the values only grow, and the
-                // communicator is failed from now on.
+                // mapped while calls use it; the communicator is failed
+                // from now on, so what its flags hold no longer matters.
                 let _ = unsafe { dev.write_word(f, RELEASED) };
             }
-            let e = Error::device(format!(
-                "{}: the GPU waited on a peer that is gone ({why}); its device work was released and its results \
-                 are wrong",
-                c.what
-            ));
-            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-            failed.push((dev.context(), c.stream.raw(), e));
-            false
+            true
         });
     }
 }
@@ -97,9 +138,11 @@ pub(crate) fn watch(call: InFlight) {
     the_watch().calls.lock().unwrap_or_else(|e| e.into_inner()).push(call);
 }
 
-/// Why work on `stream` was released, once (see the module docs).
+/// Why work on `stream` was released, or ran on released data, once (see
+/// the module docs); after a look at every call in flight.
 pub(crate) fn failure(stream: &Stream) -> Option<Error> {
     let w = WATCH.get()?;
+    w.look();
     let mut failed = w.failed.lock().unwrap_or_else(|e| e.into_inner());
     let key = (stream.dev().context(), stream.raw());
     let i = failed.iter().position(|(c, s, _)| (*c, *s) == key)?;
