@@ -11,7 +11,7 @@ use ccl::algo::Algo;
 use ccl::gpu::{DeviceBuffer, Emulation, Gpu};
 use ccl::testing::{run_local, LocalJob};
 use ccl::{Config, ErrorKind, Sum};
-use common::gpu_matrix::everything_on;
+use common::gpu_matrix::{everything_on, graphs_on};
 use common::seed;
 use std::time::Duration;
 
@@ -220,6 +220,20 @@ fn a_missing_wait_on_a_flag_shows_as_wrong_data() {
     let drop = Emulation { drop_wait: Some(1), ..Emulation::default() };
     let out = slow_and_fast(42, 43, Duration::from_millis(50), drop);
     assert!(out.iter().any(|&(_, right)| !right), "no rank saw the missing wait: {out:?}");
+}
+
+#[test]
+fn collectives_captured_into_a_graph_replay_right() {
+    let seed = seed();
+    for (n, nchannels) in [(1, 1), (2, 1), (3, 1), (3, 2)] {
+        let config = Config { gpu_slot: 4096, nchannels, timeout: Duration::from_secs(60), ..Config::default() };
+        let out = LocalJob::new(n).config(config).run(|g| graphs_on(&g, &Gpu::emulated(0), seed));
+        for (rank, r) in out.into_iter().enumerate() {
+            if let Err(e) = r {
+                panic!("{n} ranks, {nchannels} channels, rank {rank}: {e} (seed {seed})");
+            }
+        }
+    }
 }
 
 #[test]

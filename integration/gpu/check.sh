@@ -12,7 +12,8 @@
 #     outputs poisoned; device-to-device copy bandwidth (the ceiling).
 #  2. gpu_matrix under cclrun with 1, 2 and 4 ranks sharing GPU 0 (CUDA IPC
 #     between the processes), and 2 ranks staged over tcp: every blocking
-#     collective × types × counts on device buffers against the host reference.
+#     collective × types × counts on device buffers against the host reference;
+#     then collectives captured into CUDA graphs and replayed (2 ranks).
 #  3. ccl-perf all_reduce on device buffers, 2 and 4 ranks.
 # Prints a short table last. Exit 0: all right; 1: something wrong;
 # 2: no driver, no GPU, or binaries/NVRTC missing (a clear message).
@@ -68,24 +69,28 @@ else
     summary+=("$(grep -o 'device-to-device copy: .*' "$out/kernels" || echo 'device-to-device copy: not measured')")
 fi
 
-# 2. the collectives on device buffers, ranks sharing the GPU
+# 2. the collectives on device buffers, ranks sharing the GPU (MATRIX_ARGS:
+# --graphs captures them into CUDA graphs and replays those instead)
 matrix() {
     local label=$1
     shift
-    local t0=$SECONDS t
+    local t0=$SECONDS t done="all device collectives correct"
+    if [ "${MATRIX_ARGS:-}" = --graphs ]; then done="graph replays correct"; fi
     t=$(limit 90)
     if [ "$t" -eq 0 ]; then fail=1; summary+=("matrix $label: skipped (time budget spent)"); return; fi
-    timeout "$t" "$bins/cclrun" "$@" -x CCL_BUFFSIZE=262144 -x CCL_GPU_SLOT=65536 -x CCL_TIMEOUT=60 "$bins/gpu_matrix" "${matrix_flag[@]}" >"$out/m" 2>&1
-    local rc=$? ok
-    ok=$(grep -c "all device collectives correct" "$out/m")
+    timeout "$t" "$bins/cclrun" "$@" -x CCL_BUFFSIZE=262144 -x CCL_GPU_SLOT=65536 -x CCL_TIMEOUT=60 "$bins/gpu_matrix" "${matrix_flag[@]}" ${MATRIX_ARGS:-} >"$out/m" 2>&1
+    local rc=$? ok np
+    ok=$(grep -c "$done" "$out/m")
+    np=$(printf '%s\n' "$@" | grep -A1 -x -- -np | tail -n 1)
     tail -n 3 "$out/m"
-    [ "$rc" -eq 0 ] || fail=1
+    [ "$rc" -eq 0 ] && [ "$ok" -eq "$np" ] || fail=1
     summary+=("$(printf 'matrix %-22s exit %d, %d ranks correct, %d s' "$label" "$rc" "$ok" $((SECONDS - t0)))")
 }
 matrix "1 rank" -np 1
 matrix "2 ranks (IPC)" -np 2
 matrix "4 ranks (IPC)" -np 4
 matrix "2 ranks (tcp staged)" -np 2 -x CCL_SHM_DISABLE=1
+MATRIX_ARGS=--graphs matrix "graphs, 2 ranks (IPC)" -np 2
 
 # 3. bandwidth on device buffers
 perf() {

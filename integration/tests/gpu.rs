@@ -23,6 +23,24 @@ fn device_matrix_over_shm_with_ipc_mapped_slots_on_emulated_gpus() {
 }
 
 #[test]
+fn collectives_captured_into_graphs_replay_across_processes() {
+    for np in [2, 3] {
+        ccl_integration::every_rank_passes(np, &[], &[MATRIX, "--emulated", "--graphs"], "graph replays correct");
+    }
+}
+
+#[test]
+fn capturing_a_call_staged_over_tcp_is_an_error_naming_it() {
+    let o = std::process::Command::new(ccl_integration::cclrun())
+        .args(["-np", "2", "-x", "CCL_SHM_DISABLE=1", "-x", "CCL_TIMEOUT=20", MATRIX, "--emulated", "--graphs"])
+        .output()
+        .expect("start cclrun");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("cannot be captured into a graph: its bytes need the host at every run"), "{err}");
+}
+
+#[test]
 fn device_matrix_staged_over_tcp_on_emulated_gpus() {
     for np in [2, 3] {
         matrix(np, &["-x", "CCL_SHM_DISABLE=1"]);

@@ -19,6 +19,9 @@ pub struct Conns {
     /// streams), and device scratch kept from call to call.
     dev_last: Option<crate::gpu::Stream>,
     dev_scratch: Option<DevMem>,
+    /// Scratch outgrown, kept until the communicator goes: calls queued
+    /// or captured before may still use it.
+    dev_retired: Vec<DevMem>,
     /// Streams of the channels of multi-channel device calls, kept.
     dev_streams: Vec<crate::gpu::Stream>,
     reg: Arc<Registry>,
@@ -63,6 +66,7 @@ impl Conns {
             drecvs: Vec::new(),
             dev_last: None,
             dev_scratch: None,
+            dev_retired: Vec::new(),
             dev_streams: Vec::new(),
             calls: [(0, [0; 4]); ENTRIES],
         }
@@ -212,18 +216,22 @@ impl Conns {
     }
 
     /// Orders device call `call` after this communicator's previous one
-    /// (on the GPU: the host waits for neither); returns device scratch
-    /// of at least `bytes` (0: none), and a stream for each of `channels`
-    /// that starts after the work queued so far on the call's stream (the
-    /// call's own stream where there is one channel). Scratch and streams
-    /// are kept for later calls; growing the scratch waits for the calls
-    /// still using the old one.
+    /// (on the GPU: the host waits for neither), unless it is being
+    /// `captured` into a graph, whose runs the stream they are launched on
+    /// orders; returns device scratch of at least `bytes` (0: none), and a
+    /// stream for each of `channels` that starts after the work queued so
+    /// far on the call's stream (the call's own stream where there is one
+    /// channel). Scratch and streams are kept for later calls.
     pub(crate) fn dev_prepare(
         &mut self,
         call: &DevCall,
         bytes: usize,
         channels: usize,
+        captured: bool,
     ) -> crate::Result<(u64, smallvec::SmallVec<[u64; 4]>)> {
+        if !captured {
+            self.follow_last(call)?;
+        }
         let scratch = self.dev_scratch(call, bytes)?;
         let raw = call.stream.raw();
         if channels <= 1 {
@@ -243,7 +251,8 @@ impl Conns {
         Ok((scratch, streams))
     }
 
-    fn dev_scratch(&mut self, call: &DevCall, bytes: usize) -> crate::Result<u64> {
+    /// Makes `call`'s stream wait for the previous call's.
+    fn follow_last(&mut self, call: &DevCall) -> crate::Result<()> {
         let raw = call.stream.raw();
         if let Some(last) = &self.dev_last {
             if last.raw() != raw || last.dev().context() != call.dev.context() {
@@ -255,16 +264,18 @@ impl Conns {
             }
         }
         self.dev_last = Some(call.stream.clone());
+        Ok(())
+    }
+
+    /// Device scratch of at least `bytes` for `call` (0: none).
+    fn dev_scratch(&mut self, call: &DevCall, bytes: usize) -> crate::Result<u64> {
         if bytes == 0 {
             return Ok(0);
         }
         match &self.dev_scratch {
             Some(m) if m.bytes >= bytes && m.dev().context() == call.dev.context() => Ok(m.ptr),
             _ => {
-                if self.dev_scratch.is_some() {
-                    call.stream.synchronize()?;
-                }
-                self.dev_scratch = None;
+                self.dev_retired.extend(self.dev_scratch.take());
                 let m = DevMem::new(&call.dev, bytes)?;
                 let ptr = m.ptr;
                 self.dev_scratch = Some(m);

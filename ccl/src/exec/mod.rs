@@ -100,6 +100,8 @@ struct OnGpu {
     /// back into the call's once every channel is queued (`joined`).
     streams: SmallVec<[u64; 4]>,
     joined: bool,
+    /// Whether the call's stream is being captured into a graph.
+    captured: bool,
     /// The flags its streams wait on, the ranks that write them, and the
     /// poison marks of its connections with their peers.
     waits: Vec<u64>,
@@ -232,10 +234,12 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let (scratch, gpu) = match device {
             None => (vec![T::zeroed(); sched.scratch], None),
             Some(call) => {
-                let (scratch, streams) = conns.dev_prepare(&call, sched.scratch * size, sched.channels.len())?;
+                let captured = call.dev.capturing(call.stream.raw())?;
+                let (scratch, streams) =
+                    conns.dev_prepare(&call, sched.scratch * size, sched.channels.len(), captured)?;
                 let (told, heard, joined, peers) = (SmallVec::new(), SmallVec::new(), false, SmallVec::new());
                 let (waits, marks) = (Vec::new(), Vec::new());
-                let g = OnGpu { call: *call, scratch, streams, joined, waits, peers, marks, told, heard };
+                let g = OnGpu { call: *call, scratch, streams, joined, captured, waits, peers, marks, told, heard };
                 (Vec::new(), Some(Box::new(g)))
             }
         };

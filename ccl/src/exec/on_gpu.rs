@@ -126,7 +126,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             g.call.dev.join(raw, s)?;
         }
         g.joined = true;
-        if !g.waits.is_empty() {
+        if !g.waits.is_empty() && !g.captured {
             crate::gpu::watch::watch(crate::gpu::watch::InFlight {
                 stream: g.call.stream.clone(),
                 flags: std::mem::take(&mut g.waits),
@@ -158,7 +158,15 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         // staged connections carry the bytes in their host slots: claim them first
         let staged_in = ri.filter(|&ri| conns.dev_recv(ri).as_ref().is_some_and(|d| d.flag().is_none()));
         let staged_out = si.filter(|&si| conns.dev_send(si).as_ref().is_some_and(|d| d.staged));
-        if (staged_in.is_some() || staged_out.is_some()) && n * size > conns.slot_bytes() {
+        let staged = staged_in.or(staged_out).is_some();
+        if staged && self.gpu.as_ref().is_some_and(|g| g.captured) {
+            return Err(Error::device(
+                "a device call over a connection staged through the host (tcp) cannot be captured into a graph: its \
+                 bytes need the host at every run (capture calls among ranks of one host, or make this one eagerly)",
+            )
+            .with_peer(st.recv_peer().or(st.send_peer()).unwrap_or(0)));
+        }
+        if staged && n * size > conns.slot_bytes() {
             return Err(Error::transport(format!(
                 "a device message of {} B over a socket whose slots hold {} B: a job on one host whose ranks \
                  reach each other by tcp needs CCL_GPU_SLOT at most CCL_BUFFSIZE's slots (or CCL_SHM_DISABLE=1)",

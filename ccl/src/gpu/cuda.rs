@@ -304,6 +304,44 @@ impl Device for Cuda {
         // SAFETY: a stream handle of this context (checked by callers) or 0.
         check(unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }, "cuStreamSynchronize")
     }
+    fn begin_capture(&self, stream: u64) -> Result<()> {
+        self.bind()?;
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a stream of this context (checked by callers).
+        check(unsafe { sys::cuStreamBeginCapture_v2(stream as sys::CUstream, mode) }, "cuStreamBeginCapture")
+    }
+    fn end_capture(&self, stream: u64) -> Result<u64> {
+        self.bind()?;
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: out-pointers; the graph is destroyed once instantiated
+        // (the executable graph keeps what it needs).
+        unsafe {
+            check(sys::cuStreamEndCapture(stream as sys::CUstream, &mut graph), "cuStreamEndCapture")?;
+            let r = check(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0), "cuGraphInstantiate");
+            sys::cuGraphDestroy(graph);
+            r?;
+        }
+        Ok(exec as u64)
+    }
+    fn capturing(&self, stream: u64) -> Result<bool> {
+        self.bind()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: a stream of this context and an out-pointer.
+        check(unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut status) }, "cuStreamIsCapturing")?;
+        Ok(status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    }
+    fn launch_graph(&self, graph: u64, stream: u64) -> Result<()> {
+        self.bind()?;
+        // SAFETY: an executable graph from `end_capture`, alive until `drop_graph`.
+        check(unsafe { sys::cuGraphLaunch(graph as sys::CUgraphExec, stream as sys::CUstream) }, "cuGraphLaunch")
+    }
+    fn drop_graph(&self, graph: u64) {
+        if self.bind().is_ok() {
+            // SAFETY: from `end_capture`, destroyed once.
+            unsafe { sys::cuGraphExecDestroy(graph as sys::CUgraphExec) };
+        }
+    }
     fn new_stream(&self) -> Result<u64> {
         let s = self.ctx.new_stream().map_err(|e| Error::device(format!("new stream: {e:?}")))?;
         let raw = s.cu_stream() as u64;

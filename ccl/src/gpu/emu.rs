@@ -33,6 +33,7 @@ struct Alloc {
     fd: i32,
 }
 
+#[derive(Clone)]
 enum Work {
     Copy {
         dst: u64,
@@ -72,6 +73,15 @@ struct LaneState {
     failed: Option<String>,
     /// The stream was destroyed: the worker ends once the queue is empty.
     closed: bool,
+    /// The capture its work goes into instead of the queue.
+    capture: Option<Arc<Mutex<Capture>>>,
+}
+
+/// Work captured into a graph, from the stream the capture began on and
+/// those that joined it, in the order it was queued.
+struct Capture {
+    origin: u64,
+    works: Vec<Work>,
 }
 
 impl Lane {
@@ -121,6 +131,10 @@ impl Lane {
         if let Some(f) = &s.failed {
             return Err(Error::device(f.clone()));
         }
+        if let Some(c) = &s.capture {
+            c.lock().unwrap_or_else(|e| e.into_inner()).works.push(w);
+            return Ok(());
+        }
         s.ops.push_back(w);
         s.queued += 1;
         self.moved.notify_all();
@@ -154,6 +168,8 @@ pub(crate) struct Emu {
     imports: Mutex<HashMap<u64, usize>>,
     streams: Mutex<HashMap<u64, Arc<Lane>>>,
     how: Mutex<Emulation>,
+    /// Captured graphs by id: their work.
+    graphs: Mutex<HashMap<u64, Vec<Work>>>,
     /// Waits for a set bit queued since the last [`Device::emulate`].
     waits: AtomicU64,
 }
@@ -176,6 +192,7 @@ impl Emu {
                 imports: Mutex::default(),
                 streams: Mutex::new(HashMap::from([(0, Lane::start(me.clone(), 0))])),
                 how: Mutex::default(),
+                graphs: Mutex::default(),
                 waits: AtomicU64::new(0),
             })
         });
@@ -276,22 +293,84 @@ impl Device for Emu {
         self.queue(stream, Work::Wait { addr, until })
     }
     fn join(&self, later: u64, earlier: u64) -> Result<()> {
-        let lane = self.lane(earlier)?;
-        let upto = lane.lock().queued;
-        self.queue(later, Work::After { lane, upto })
+        let (lane, after) = (self.lane(earlier)?, self.lane(later)?);
+        let (captured, upto) = {
+            let s = lane.lock();
+            (s.capture.clone(), s.queued)
+        };
+        let mut a = after.lock();
+        match (captured, &a.capture) {
+            // as CUDA: a stream that waits on a captured one joins its capture
+            (Some(c), None) => a.capture = Some(c),
+            (Some(c), Some(d)) if Arc::ptr_eq(&c, d) => {}
+            (None, None) => {
+                drop(a);
+                return after.push(Work::After { lane, upto });
+            }
+            _ => {
+                return Err(Error::device(format!(
+                    "stream {later:#x} is being captured and cannot wait for work outside its capture"
+                )))
+            }
+        }
+        Ok(())
     }
     fn idle(&self, stream: u64) -> Result<bool> {
         let lane = self.lane(stream)?;
         let s = lane.lock();
-        match &s.failed {
-            Some(f) => Err(Error::device(f.clone())),
-            None => Ok(s.ran >= s.queued),
+        match (&s.failed, &s.capture) {
+            (Some(f), _) => Err(Error::device(f.clone())),
+            (None, Some(_)) => Err(captured(stream, "query")),
+            (None, None) => Ok(s.ran >= s.queued),
         }
     }
     fn sync(&self, stream: u64) -> Result<()> {
         let lane = self.lane(stream)?;
-        let upto = lane.lock().queued;
+        let upto = {
+            let s = lane.lock();
+            if s.capture.is_some() {
+                return Err(captured(stream, "synchronise"));
+            }
+            s.queued
+        };
         lane.reach(upto, None)
+    }
+    fn begin_capture(&self, stream: u64) -> Result<()> {
+        let lane = self.lane(stream)?;
+        let mut s = lane.lock();
+        if s.capture.is_some() {
+            return Err(Error::device(format!("stream {stream:#x} is already being captured")));
+        }
+        s.capture = Some(Arc::new(Mutex::new(Capture { origin: stream, works: Vec::new() })));
+        Ok(())
+    }
+    fn end_capture(&self, stream: u64) -> Result<u64> {
+        let c = self.lane(stream)?.lock().capture.clone();
+        let c = c
+            .filter(|c| c.lock().unwrap_or_else(|e| e.into_inner()).origin == stream)
+            .ok_or_else(|| Error::device(format!("stream {stream:#x} is not where a capture began")))?;
+        for lane in self.streams.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            let mut s = lane.lock();
+            if s.capture.as_ref().is_some_and(|d| Arc::ptr_eq(&c, d)) {
+                s.capture = None;
+            }
+        }
+        let works = std::mem::take(&mut c.lock().unwrap_or_else(|e| e.into_inner()).works);
+        let id = STREAMS.fetch_add(1, Ordering::Relaxed);
+        self.graphs.lock().unwrap_or_else(|e| e.into_inner()).insert(id, works);
+        Ok(id)
+    }
+    fn capturing(&self, stream: u64) -> Result<bool> {
+        Ok(self.lane(stream)?.lock().capture.is_some())
+    }
+    fn launch_graph(&self, graph: u64, stream: u64) -> Result<()> {
+        let works = self.graphs.lock().unwrap_or_else(|e| e.into_inner()).get(&graph).cloned();
+        let works = works.ok_or_else(|| Error::device(format!("{graph:#x} is not a graph of {}", self.describe())))?;
+        let lane = self.lane(stream)?;
+        works.into_iter().try_for_each(|w| lane.push(w))
+    }
+    fn drop_graph(&self, graph: u64) {
+        self.graphs.lock().unwrap_or_else(|e| e.into_inner()).remove(&graph);
     }
     fn read_word(&self, addr: u64) -> Result<u64> {
         // SAFETY: per the callers, an aligned flag word of live device
@@ -387,6 +466,11 @@ impl Device for Emu {
             unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
         }
     }
+}
+
+/// What a stream being captured answers a call that needs it to run.
+fn captured(stream: u64, what: &str) -> Error {
+    Error::device(format!("stream {stream:#x} is being captured into a graph: cannot {what} it until the capture ends"))
 }
 
 /// Runs one queued piece of work.

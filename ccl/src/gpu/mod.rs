@@ -32,6 +32,9 @@
 //!   waits, so the stream ends, with wrong data, rather than hang; also
 //!   after `CCL_TIMEOUT`), or, on the emulator, a flag that never came.
 //!
+//! A call queued while its stream is being captured (a CUDA graph: see
+//! [`Graph`]) is recorded, and runs anew at each launch of the graph.
+//!
 //! Calls over a staged (tcp) connection are the exception for now: their
 //! bytes must reach the host, so the call synchronises the stream at each
 //! of that connection's slots and returns when its last one has gone.
@@ -67,12 +70,14 @@ mod buffer;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod emu;
+mod graph;
 mod kernels;
 mod place;
 pub(crate) mod watch;
 
 pub use buffer::{DeviceBuffer, Gpu, Stream};
 pub use ccl_kernels::cuda::codegen;
+pub use graph::Graph;
 pub use kernels::Kernels;
 pub(crate) use place::GpuBinding;
 #[doc(hidden)]
@@ -235,6 +240,17 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn idle(&self, stream: u64) -> Result<bool>;
     /// Waits until everything queued on `stream` has run.
     fn sync(&self, stream: u64) -> Result<()>;
+    /// Starts capturing the work queued on `stream` (and on streams that
+    /// join it) into a graph instead of running it (relaxed mode).
+    fn begin_capture(&self, stream: u64) -> Result<()>;
+    /// Ends the capture begun on `stream`: the graph, ready to launch.
+    fn end_capture(&self, stream: u64) -> Result<u64>;
+    /// Whether `stream` is being captured.
+    fn capturing(&self, stream: u64) -> Result<bool>;
+    /// Queues a run of `graph` on `stream`.
+    fn launch_graph(&self, graph: u64, stream: u64) -> Result<()>;
+    /// Destroys a graph from [`end_capture`](Self::end_capture).
+    fn drop_graph(&self, graph: u64);
     /// Reads the 64-bit word at device address `addr` now (a flag), waiting
     /// for no stream.
     fn read_word(&self, addr: u64) -> Result<u64>;

@@ -160,3 +160,41 @@ pub fn everything_on(g: &Group, gpu: &Gpu, seed: u64) -> Check {
     }
     g.barrier().map_err(err)
 }
+
+/// A CUDA graph of collectives: an all-reduce (Avg: its finishing pass
+/// too) and an all-gather captured on a fresh stream, the first calls of
+/// the communicator on it, then launched three times on fresh random data
+/// with an eager all-reduce between launches; every result checked.
+pub fn graphs_on(g: &Group, gpu: &Gpu, seed: u64) -> Check {
+    let (n, r) = (g.size(), g.rank());
+    let (f32s, i64s) = (g.typed::<f32>(), g.typed::<i64>());
+    let stream = gpu.stream().map_err(err)?;
+    let d = Dev { gpu, stream: &stream };
+    let count = 3000;
+    let (mut inp, mut avg) = (d.up(&vec![0.0f32; count])?, d.up(&vec![0.0f32; count])?);
+    let (mut part, mut all) = (d.up(&vec![0i64; count])?, d.up(&vec![0i64; n * count])?);
+    stream.begin_capture().map_err(err)?;
+    f32s.all_reduce_into(&inp, &mut avg, Avg).map_err(err)?;
+    i64s.all_gather(&part, &mut all).map_err(err)?;
+    let graph = stream.end_capture().map_err(err)?;
+    for run in 0..3u64 {
+        let call = 1_000 + 10 * run;
+        let ins: Vec<Vec<f32>> = (0..n).map(|k| input::<f32>(seed, call, k, count, true)).collect();
+        let parts: Vec<Vec<i64>> = (0..n).map(|k| input::<i64>(seed, call + 1, k, count, false)).collect();
+        inp.copy_from_host(&ins[r]).map_err(err)?;
+        part.copy_from_host(&parts[r]).map_err(err)?;
+        graph.launch(&stream).map_err(err)?;
+        // an eager call between launches, on the same connections
+        let mut eager = d.up(&parts[r])?;
+        i64s.all_reduce(&mut eager, Sum).map_err(err)?;
+        compare(&format!("graph run {run}: all_reduce Avg"), &d.down(&avg)?, &reference::<f32, Avg>(&ins), n)?;
+        compare(&format!("graph run {run}: all_gather"), &d.down(&all)?, &parts.concat(), n)?;
+        compare(
+            &format!("eager all_reduce after graph run {run}"),
+            &d.down(&eager)?,
+            &reference::<i64, Sum>(&parts),
+            n,
+        )?;
+    }
+    g.barrier().map_err(err)
+}

@@ -3,8 +3,9 @@
 //! there are fewer GPUs than ranks), or with `--emulated` on an emulated
 //! GPU (host memory that other processes map by IPC handle, as CUDA IPC
 //! maps device memory). Rank 0 draws the seed and broadcasts it
-//! (or takes CCL_TEST_SEED). Used by integration/gpu/check.sh on a GPU
-//! machine and by integration/tests/gpu.rs here.
+//! (or takes CCL_TEST_SEED). With `--graphs`, collectives captured into a
+//! CUDA graph and replayed instead. Used by integration/gpu/check.sh on a
+//! GPU machine and by integration/tests/gpu.rs here.
 
 #[path = "../../../ccl/tests/common/mod.rs"]
 #[allow(missing_docs, clippy::all)]
@@ -23,8 +24,11 @@ fn main() {
             std::process::exit(2);
         }
     };
-    match common::gpu_matrix::everything_on(&g, &gpu, seed) {
-        Ok(()) => println!("rank {} of {} on {}: all device collectives correct", g.rank(), g.size(), gpu.describe()),
+    let graphs = std::env::args().any(|a| a == "--graphs");
+    let run = if graphs { common::gpu_matrix::graphs_on } else { common::gpu_matrix::everything_on };
+    let what = if graphs { "graph replays correct" } else { "all device collectives correct" };
+    match run(&g, &gpu, seed) {
+        Ok(()) => println!("rank {} of {} on {}: {what}", g.rank(), g.size(), gpu.describe()),
         Err(e) => {
             eprintln!("rank {}: {e} (CCL_TEST_SEED={seed})", g.rank());
             std::process::exit(1);
