@@ -18,14 +18,19 @@ use std::time::Duration;
 /// Small device slots (4 KiB), so that calls span several and come back
 /// to a slot before its reader is done with it.
 fn matrix(algo: Option<Algo>, nchannels: usize) {
+    matrix_on(algo, nchannels, |n| vec![n]);
+}
+
+/// [`matrix`] with the ranks on hosts of `sizes(ranks)` ranks each.
+fn matrix_on(algo: Option<Algo>, nchannels: usize, sizes: fn(usize) -> Vec<usize>) {
     let seed = seed();
     for n in [1, 2, 3, 4] {
         let timeout = Duration::from_secs(120);
         let config = Config { algo, nchannels, buffsize: Some(16384), gpu_slot: 4096, timeout, ..Config::default() };
-        let job = LocalJob::new(n).config(config);
+        let job = LocalJob::new(n).hosts(&sizes(n)).config(config);
         for (rank, r) in job.run(|g| everything_on(&g, &Gpu::emulated(0), seed)).into_iter().enumerate() {
             if let Err(e) = r {
-                panic!("algo {algo:?}, {n} ranks, rank {rank}: {e} (seed {seed})");
+                panic!("algo {algo:?}, {n} ranks on hosts {:?}, rank {rank}: {e} (seed {seed})", sizes(n));
             }
         }
     }
@@ -39,6 +44,27 @@ fn ring_on_device_buffers() {
 #[test]
 fn two_channels_on_streams_of_their_own() {
     matrix(Some(Algo::Ring), 2);
+}
+
+#[test]
+fn halving_doubling_on_device_buffers() {
+    matrix(Some(Algo::HalvingDoubling), 1);
+}
+
+/// Two "hosts" of the in-process transport: the hierarchical algorithms'
+/// inner and outer steps, with device calls cut by the host slots.
+fn two_hosts(n: usize) -> Vec<usize> {
+    if n == 1 {
+        vec![1]
+    } else {
+        vec![n / 2, n - n / 2]
+    }
+}
+
+#[test]
+fn ring_ring_and_tree_ring_on_device_buffers_across_two_hosts() {
+    matrix_on(Some(Algo::RingRing), 1, two_hosts);
+    matrix_on(Some(Algo::TreeRing), 1, two_hosts);
 }
 
 #[test]

@@ -62,9 +62,12 @@ pub struct DevCall {
     pub stream: crate::gpu::Stream,
     /// The kernels of the call's type and operator.
     pub kernels: Kernels,
-    /// Bytes per device slot of connections within a host (`CCL_GPU_SLOT`;
-    /// at least the host slots').
-    pub slot_bytes: usize,
+    /// The device slots of connections that hand over on the GPUs, as the
+    /// call is cut by them ([`Config::device_slots_on`]): as many, and as
+    /// large, as the schedule's proof of progress assumes.
+    ///
+    /// [`Config::device_slots_on`]: crate::Config::device_slots_on
+    pub slots: crate::transport::Geometry,
     /// How long its device work may wait on peers (`CCL_TIMEOUT`).
     pub timeout: std::time::Duration,
 }

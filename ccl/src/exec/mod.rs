@@ -227,7 +227,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         }
         let wiring = checked.wiring(channel_base, conns)?;
         let sched = &wiring.sched;
-        let room = device.as_ref().map_or(0, |d| d.slot_bytes).max(conns.slot_bytes());
+        let room = device.as_ref().map_or(0, |d| d.slots.slot_bytes).max(conns.slot_bytes());
         if slot_elems == 0 || slot_elems * size > room {
             return Err(Error::internal(format!("{slot_elems} elements of {size} B do not fit a slot")));
         }

@@ -7,7 +7,6 @@
 
 use super::{device, Conns, Exec};
 use crate::algo::{Region, Step};
-use crate::config::GPU_NSLOTS;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 use crate::plan::fingerprint;
@@ -45,10 +44,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             // SAFETY: a reserved slot holds at least `slot_bytes` (checked
             // when connecting) and is ours until posted.
             let host = unsafe { std::slice::from_raw_parts_mut(p, slot_bytes) };
-            // within a host, device slots of their own size; staged, a host slot's
+            // handed over on the GPUs, the device slots calls are cut by; staged, a host slot
             let staged = conns.send_at(si).nslots().is_none();
-            let (nslots, bytes) =
-                if staged { (1, slot_bytes) } else { (GPU_NSLOTS, g.call.slot_bytes.max(slot_bytes)) };
+            let (nslots, bytes) = if staged { (1, slot_bytes) } else { (g.call.slots.nslots, g.call.slots.slot_bytes) };
             let (mut ds, bytes) =
                 device::DevSend::open(&dev, staged, nslots, bytes, host).map_err(|e| e.with_peer(peer))?;
             // SAFETY: the staging memory lives as long as the connection,

@@ -232,8 +232,8 @@ impl Planner {
         let device = match &call.device {
             Some(s) => {
                 let (dev, stream, kernels) = (Arc::clone(s.dev()), s.clone(), Kernels::of::<T, O>()?);
-                let (slot_bytes, timeout) = (on.config.gpu_slot, call.timeout.unwrap_or(on.config.timeout));
-                Some(Box::new(DevCall { dev, stream, kernels, slot_bytes, timeout }))
+                let (slots, timeout) = (on.config.device_slots_on(on.hosts), call.timeout.unwrap_or(on.config.timeout));
+                Some(Box::new(DevCall { dev, stream, kernels, slots, timeout }))
             }
             None => None,
         };
