@@ -37,7 +37,7 @@ cargo test -p ccl-integration --features gloo --test gloo_feature
 # sm_80 and sm_90 (no GPU needed); the GPU path's host side on emulated GPUs
 # runs in `cargo test --workspace` above
 eval "$(scripts/deps.sh cuda)"
-cargo clippy --workspace --all-targets --features ccl-kernels/cuda,ccl/cuda,ccl-integration/cuda,ccl-examples/cuda -q -- -D warnings
+cargo clippy --workspace --all-targets --features ccl-kernels/cuda,ccl/cuda,ccl-integration/cuda,ccl-examples/cuda,ccl-examples/nccl -q -- -D warnings
 cargo test -p ccl-kernels --features cuda --lib cuda
 cargo test -p ccl --features cuda --test gpu_codegen --test gpu
 # the GPU check's host half: built, and without a driver it says so (exit 2)

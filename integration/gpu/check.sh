@@ -14,7 +14,9 @@
 #     between the processes), and 2 ranks staged over tcp: every blocking
 #     collective × types × counts on device buffers against the host reference;
 #     then collectives captured into CUDA graphs and replayed (2 ranks).
-#  3. ccl-perf all_reduce on device buffers, 2 and 4 ranks.
+#  3. ccl-perf all_reduce on device buffers, 8 B - 1 GiB, 2 and 4 ranks, with
+#     the host time per call and the device-to-device copy ceiling; and,
+#     where there are 2 or more GPUs, NCCL's all_reduce by the same tool.
 # Prints a short table last. Exit 0: all right; 1: something wrong;
 # 2: no driver, no GPU, or binaries/NVRTC missing (a clear message).
 # CCL_GPU_CHECK_EMULATED=1 runs steps 2 and 3 on emulated GPUs (no driver
@@ -24,7 +26,7 @@ cd "$(dirname "$0")/../.."
 bins=${CCL_GPU_BIN_DIR:-target/release}
 if [ "${1:-}" = "--build" ]; then
     exec cargo build --release -p cclrun -p ccl-kernels -p ccl-integration -p ccl-examples \
-        --features ccl-kernels/cuda,ccl-integration/cuda,ccl-examples/cuda \
+        --features ccl-kernels/cuda,ccl-integration/cuda,ccl-examples/cuda,ccl-examples/nccl \
         --bin cclrun --bin ccl-gpu-check --bin gpu_matrix --bin ccl-perf
 fi
 for b in ccl-gpu-check gpu_matrix ccl-perf cclrun; do
@@ -54,7 +56,7 @@ limit() {
 }
 
 emulated=${CCL_GPU_CHECK_EMULATED:-0}
-matrix_flag=() device=cuda max=256M
+matrix_flag=() device=cuda max=1G
 if [ "$emulated" = 1 ]; then matrix_flag=(--emulated) device=emulated max=4M; fi
 
 # 1. the kernels (exit 2 here means no driver or GPU: nothing else can run)
@@ -92,17 +94,17 @@ matrix "4 ranks (IPC)" -np 4
 matrix "2 ranks (tcp staged)" -np 2 -x CCL_SHM_DISABLE=1
 MATRIX_ARGS=--graphs matrix "graphs, 2 ranks (IPC)" -np 2
 
-# 3. bandwidth on device buffers
+# 3. bandwidth on device buffers (BACKEND=nccl: NCCL's, by the same tool)
 perf() {
-    local np=$1 t
-    t=$(limit 60)
+    local np=$1 t backend=${BACKEND:-ccl}
+    t=$(limit 90)
     if [ "$t" -eq 0 ]; then fail=1; summary+=("ccl-perf np $np: skipped (time budget spent)"); return; fi
-    timeout "$t" "$bins/cclrun" -np "$np" "$bins/ccl-perf" --device "$device" \
-        -b 8 -e "$max" -f 16 -n 10 -w 3 >"$out/p$np" 2>&1
+    timeout "$t" "$bins/cclrun" -np "$np" "$bins/ccl-perf" --backend "$backend" --device "$device" \
+        -b 8 -e "$max" -f 8 -n 10 -w 3 >"$out/p$np" 2>&1
     local rc=$?
     cat "$out/p$np"
     [ "$rc" -eq 0 ] || fail=1
-    summary+=("ccl-perf all_reduce np $np: exit $rc; out of place, by size: time (us), busbw (GB/s), host time per call (us)")
+    summary+=("$backend all_reduce np $np: exit $rc; out of place, by size: time (us), busbw (GB/s), host time per call (us)")
     while read -r size _ _ _ _ time _ busbw _ host _; do
         summary+=("$(printf '    %12s B  %10s  %8s  %8s' "$size" "$time" "$busbw" "$host")")
     done < <(grep -E '^ +[0-9]+ ' "$out/p$np")
@@ -110,6 +112,13 @@ perf() {
 }
 perf 2
 perf 4
+# NCCL beside it, where there are GPUs enough for a rank each (NCCL refuses two ranks on one)
+gpus=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
+if [ "$emulated" != 1 ] && [ "$gpus" -ge 2 ]; then
+    BACKEND=nccl perf 2
+else
+    summary+=("nccl: not run ($gpus GPUs here; it needs 2 or more, one per rank)")
+fi
 
 echo
 echo "# ccl GPU check summary"

@@ -11,6 +11,8 @@
 mod gloo;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod socket;
 mod table;
 
@@ -70,7 +72,8 @@ struct Args {
     /// What to measure: ccl; mpi (the same sweep through MPI under mpirun; needs feature mpi);
     /// socket (raw TCP between ranks 0 and 1, the yardstick for ccl's TCP transport);
     /// gloo (Gloo's all-reduce, --algo ring_chunked|halving_doubling|ring|bcube, under cclrun on
-    /// one host; needs feature gloo)
+    /// one host; needs feature gloo); nccl (NCCL on GPU local_rank % GPUs, under cclrun; needs
+    /// feature nccl and libnccl.so.2 at run time)
     #[arg(long, default_value = "ccl")]
     backend: String,
     /// Where the buffers live: host; cuda (GPU local_rank % GPUs; needs feature cuda);
@@ -461,7 +464,7 @@ fn main() -> ccl::Result<()> {
         std::process::exit(2);
     }
     match a.backend.as_str() {
-        "ccl" | "socket" => {}
+        "ccl" | "socket" | "nccl" => {}
         #[cfg(feature = "mpi")]
         "mpi" => std::process::exit(mpi::run(&a, coll)),
         #[cfg(not(feature = "mpi"))]
@@ -477,7 +480,7 @@ fn main() -> ccl::Result<()> {
             std::process::exit(2);
         }
         b => {
-            eprintln!("ccl-perf: unknown backend {b:?} (ccl, mpi, socket, gloo)");
+            eprintln!("ccl-perf: unknown backend {b:?} (ccl, mpi, socket, gloo, nccl)");
             std::process::exit(2);
         }
     }
@@ -492,6 +495,15 @@ fn main() -> ccl::Result<()> {
     let g = ccl::init()?;
     if a.backend == "socket" {
         return socket::run(&g, &a);
+    }
+    if a.backend == "nccl" {
+        #[cfg(feature = "nccl")]
+        std::process::exit(nccl::run(&g, &a, coll));
+        #[cfg(not(feature = "nccl"))]
+        {
+            eprintln!("ccl-perf: --backend nccl needs a build with `--features nccl`");
+            std::process::exit(2);
+        }
     }
     if g.rank() == 0 {
         let hosts = g.hosts().groups().len();
