@@ -5,7 +5,10 @@
 // Names: ccl_copy_<type>, ccl_reduce_<op>_<type> (dst = a op b, dst may be
 // a or b), ccl_recv_reduce_send_<op>_<type> (out = slot op local, written
 // to both the output and the next slot; either may be null).
-// Grid-stride loops: any launch shape covers any n.
+// Grid-stride loops: any launch shape covers any n. Where every pointer is
+// 16-byte aligned and the type's size divides 16, each thread moves 16
+// bytes at a time (one vector load or store per operand); the tail, and
+// other types or alignments, go element by element.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -55,26 +58,73 @@ template <> struct Div<bf16> {
     __device__ static bf16 f(bf16 a, u64 n) { return __float2bfloat16(__bfloat162float(a) / (float)n); }
 };
 
+// 16 bytes of T: how many elements (W), and whether T packs into them at all
+template <typename T> struct Pack {
+    enum { fits = sizeof(T) <= 16 && 16 % sizeof(T) == 0, W = fits ? 16 / sizeof(T) : 1 };
+    union V { uint4 raw; T e[W]; };
+};
+
+__device__ inline bool aligned16(const void* p) { return p == 0 || ((u64)p & 15) == 0; }
+__device__ inline u64 first_thread() { return blockIdx.x * (u64)blockDim.x + threadIdx.x; }
+__device__ inline u64 all_threads() { return (u64)gridDim.x * blockDim.x; }
+
+// the elements [0, done) that go 16 bytes at a time, when they may
+template <typename T>
+__device__ inline u64 packed(u64 n, const void* a, const void* b, const void* c, const void* d) {
+    return Pack<T>::fits && aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d)
+               ? n / Pack<T>::W * Pack<T>::W : 0;
+}
+
 template <typename T>
 __device__ void div_by(T* buf, u64 ranks, u64 n) {
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        buf[i] = Div<T>::f(buf[i], ranks);
+    typedef typename Pack<T>::V V;
+    const u64 done = packed<T>(n, buf, 0, 0, 0);
+    for (u64 p = first_thread(); p < done / Pack<T>::W; p += all_threads()) {
+        V v;
+        v.raw = ((const uint4*)buf)[p];
+#pragma unroll
+        for (int k = 0; k < Pack<T>::W; k++) v.e[k] = Div<T>::f(v.e[k], ranks);
+        ((uint4*)buf)[p] = v.raw;
+    }
+    for (u64 i = done + first_thread(); i < n; i += all_threads()) buf[i] = Div<T>::f(buf[i], ranks);
 }
 
 template <typename T>
 __device__ void copy(T* dst, const T* src, u64 n) {
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) dst[i] = src[i];
+    const u64 done = packed<T>(n, dst, src, 0, 0);
+    for (u64 p = first_thread(); p < done / Pack<T>::W; p += all_threads()) ((uint4*)dst)[p] = ((const uint4*)src)[p];
+    for (u64 i = done + first_thread(); i < n; i += all_threads()) dst[i] = src[i];
 }
 
 template <typename T, typename Op>
 __device__ void reduce(T* dst, const T* a, const T* b, u64 n) {
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        dst[i] = Op::f(a[i], b[i]);
+    typedef typename Pack<T>::V V;
+    const u64 done = packed<T>(n, dst, a, b, 0);
+    for (u64 p = first_thread(); p < done / Pack<T>::W; p += all_threads()) {
+        V x, y;
+        x.raw = ((const uint4*)a)[p];
+        y.raw = ((const uint4*)b)[p];
+#pragma unroll
+        for (int k = 0; k < Pack<T>::W; k++) x.e[k] = Op::f(x.e[k], y.e[k]);
+        ((uint4*)dst)[p] = x.raw;
+    }
+    for (u64 i = done + first_thread(); i < n; i += all_threads()) dst[i] = Op::f(a[i], b[i]);
 }
 
 template <typename T, typename Op>
 __device__ void recv_reduce_send(T* out, T* next, const T* slot, const T* local, u64 n) {
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    typedef typename Pack<T>::V V;
+    const u64 done = packed<T>(n, out, next, slot, local);
+    for (u64 p = first_thread(); p < done / Pack<T>::W; p += all_threads()) {
+        V x, y;
+        x.raw = ((const uint4*)slot)[p];
+        y.raw = ((const uint4*)local)[p];
+#pragma unroll
+        for (int k = 0; k < Pack<T>::W; k++) x.e[k] = Op::f(x.e[k], y.e[k]);
+        if (out) ((uint4*)out)[p] = x.raw;
+        if (next) ((uint4*)next)[p] = x.raw;
+    }
+    for (u64 i = done + first_thread(); i < n; i += all_threads()) {
         T v = Op::f(slot[i], local[i]);
         if (out) out[i] = v;
         if (next) next[i] = v;

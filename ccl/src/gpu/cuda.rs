@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 
 /// Threads per block of every kernel launch.
 const THREADS: u64 = 256;
-/// Blocks at most (the kernels loop over the rest).
-const MAX_BLOCKS: u64 = 4096;
+/// Blocks per SM at most (the kernels' grid-stride loops cover the rest):
+/// enough resident warps to keep the memory system busy.
+const BLOCKS_PER_SM: u64 = 4;
 
 /// A driver handle that is used from any thread once the context is bound.
 #[derive(Clone, Copy, Debug)]
@@ -37,6 +38,8 @@ pub(crate) struct Cuda {
     /// A stream of ccl's own for reading and writing flags from the host
     /// (non-blocking: it waits for no other stream).
     own: Arc<CudaStream>,
+    /// Streaming multiprocessors: grids are sized to them.
+    sms: u64,
 }
 
 impl std::fmt::Debug for Cuda {
@@ -82,7 +85,7 @@ impl Cuda {
             ctx.compute_capability().map_err(|e| Error::device(format!("GPU {ordinal} capability: {e:?}")))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         // one string per architecture for the life of the process (the
-        // compiled-PTX cache is keyed by it)
+        // compiled-code cache is keyed by it)
         let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
         let (modules, functions, streams) = (Mutex::default(), Mutex::default(), Mutex::default());
         let own = ctx.new_stream().map_err(|e| Error::device(format!("GPU {ordinal}: new stream: {e:?}")))?;
@@ -93,7 +96,8 @@ impl Cuda {
                  is 0), which ccl's device hand-offs need"
             )));
         }
-        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams, own }))
+        let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(1);
+        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams, own, sms: sms.max(1) as u64 }))
     }
 
     fn bind(&self) -> Result<()> {
@@ -121,12 +125,13 @@ impl Cuda {
         if let Some(h) = m.get(source) {
             return Ok(h.0);
         }
-        let ptx = ccl_kernels::cuda::compile(source, self.arch).map_err(Error::device)?;
-        let ptx = std::ffi::CString::new(ptx).map_err(|_| Error::internal("PTX with a NUL byte"))?;
+        let image = ccl_kernels::cuda::image(source, self.arch).map_err(Error::device)?;
         let mut module: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: a NUL-terminated PTX image; the module is kept for the
-        // life of the process (its functions are cached).
-        check(unsafe { sys::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void) }, "loading kernels")?;
+        // SAFETY: a CUBIN image or NUL-terminated PTX, alive for the call;
+        // the module is kept for the life of the process (its functions
+        // are cached).
+        let r = unsafe { sys::cuModuleLoadData(&mut module, image.bytes().as_ptr() as *const c_void) };
+        check(r, "loading kernels")?;
         m.insert(Arc::clone(source), Raw(module));
         Ok(module)
     }
@@ -194,7 +199,9 @@ impl Device for Cuda {
         };
         let f = self.function(k, name)?;
         let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut u64 as *mut c_void).collect();
-        let blocks = (n as u64).div_ceil(THREADS).clamp(1, MAX_BLOCKS) as u32;
+        // a thread per 16 bytes (the kernels' vector width), up to a few blocks per SM
+        let vectors = (n * k.elem).div_ceil(16) as u64;
+        let blocks = vectors.div_ceil(THREADS).clamp(1, self.sms * BLOCKS_PER_SM) as u32;
         // SAFETY: every parameter is a u64 (a device address or a count) as
         // the kernel declares; the pointers are valid per the contract.
         let r = unsafe {

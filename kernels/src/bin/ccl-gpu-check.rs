@@ -167,9 +167,10 @@ fn run() -> Result<bool, Fail> {
     let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
     let name = ctx.name().unwrap_or_default();
     let t = Instant::now();
-    let ptx = cuda::ptx(arch)?;
+    // CUBIN for this GPU, as ccl loads it (PTX only where NVRTC gives none)
+    let image = cuda::image(cuda::SOURCE, arch)?;
     let compile = t.elapsed().as_secs_f64();
-    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
+    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(image.bytes().to_vec()))?;
     let stream = ctx.default_stream();
     let g = Gpu { ctx, stream, module };
     let seed = std::env::var("CCL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {

@@ -5,8 +5,11 @@
 //! install, and a machine without `libnvrtc` gets an error, never a panic
 //! (the library is probed before cudarc touches it). The headers for f16
 //! and bf16 (`cuda_fp16.h`, `cuda_bf16.h`) come from `CCL_CUDA_INCLUDE`,
-//! else `$CUDA_HOME/include`, else `/usr/local/cuda/include`. Compiled PTX
-//! is kept per architecture and source for the life of the process.
+//! else `$CUDA_HOME/include`, else `/usr/local/cuda/include`. What the
+//! driver loads ([`image`]) is CUBIN for the device's architecture, so the
+//! driver's PTX version does not matter; PTX only where NVRTC gives no
+//! CUBIN. Compiled code is kept per architecture and source for the life
+//! of the process.
 //!
 //! The sources, kernel names and the code generation for derived structs
 //! ([`codegen`]) need no feature; compiling them does (feature `cuda`).
@@ -94,6 +97,85 @@ pub fn include_dir() -> Option<String> {
 #[cfg(feature = "cuda")]
 static CACHE: Mutex<Option<HashMap<(&'static str, String), String>>> = Mutex::new(None);
 
+/// Code the driver loads (`cuModuleLoadData` takes either).
+#[cfg(feature = "cuda")]
+#[derive(Clone, Debug)]
+pub enum Image {
+    /// Machine code for one architecture (an ELF image).
+    Cubin(Vec<u8>),
+    /// PTX text, NUL-terminated, which the driver compiles.
+    Ptx(std::ffi::CString),
+}
+
+#[cfg(feature = "cuda")]
+impl Image {
+    /// The bytes to hand to `cuModuleLoadData`.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Image::Cubin(b) => b,
+            Image::Ptx(c) => c.as_bytes_with_nul(),
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+static IMAGES: Mutex<Option<HashMap<(&'static str, String), Image>>> = Mutex::new(None);
+
+/// The code of `source` for `arch` that the driver loads: CUBIN, compiled
+/// by NVRTC for that architecture; PTX ([`compile`]) where NVRTC gives no
+/// CUBIN (a virtual architecture).
+#[cfg(feature = "cuda")]
+pub fn image(source: &str, arch: &'static str) -> Result<Image, String> {
+    let key = (arch, source.to_string());
+    if let Some(i) = IMAGES.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&key).cloned())) {
+        return Ok(i);
+    }
+    let image = match cubin(source, arch)? {
+        Some(bin) => Image::Cubin(bin),
+        None => Image::Ptx(std::ffi::CString::new(compile(source, arch)?).map_err(|_| "PTX with a NUL byte")?),
+    };
+    if let Ok(mut c) = IMAGES.lock() {
+        c.get_or_insert_with(HashMap::new).insert(key, image.clone());
+    }
+    Ok(image)
+}
+
+/// CUBIN of `source` for `arch` through NVRTC's C API (cudarc's safe
+/// wrapper returns PTX only); `None` where NVRTC made none.
+#[cfg(feature = "cuda")]
+fn cubin(source: &str, arch: &'static str) -> Result<Option<Vec<u8>>, String> {
+    use cudarc::nvrtc::{result, sys};
+    if !nvrtc_available() {
+        return Err("NVRTC (libnvrtc) is not installed or not on LD_LIBRARY_PATH".into());
+    }
+    let include = include_dir()
+        .ok_or("cuda_fp16.h not found: set CCL_CUDA_INCLUDE (or CUDA_HOME) to the CUDA include directory")?;
+    let src = std::ffi::CString::new(source).map_err(|_| "kernel source with a NUL byte")?;
+    let prog = result::create_program(&src, None).map_err(|e| format!("NVRTC for {arch}: {e:?}"))?;
+    let options =
+        [format!("--gpu-architecture={arch}"), format!("--include-path={include}"), "--std=c++14".to_string()];
+    // SAFETY: a program created above, destroyed once below; the buffers
+    // passed to NVRTC are as large as it says.
+    unsafe {
+        let r = result::compile_program(prog, &options).map_err(|e| {
+            let log = result::get_program_log(prog).unwrap_or_default();
+            let log: Vec<u8> = log.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            format!("NVRTC for {arch}: {e:?}: {}", String::from_utf8_lossy(&log))
+        });
+        let mut size = 0usize;
+        let bin = r.map(|()| {
+            if sys::nvrtcGetCUBINSize(prog, &mut size) != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+                return None;
+            }
+            let mut bin = vec![0u8; size];
+            let got = sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr() as *mut std::ffi::c_char);
+            (got == sys::nvrtcResult::NVRTC_SUCCESS).then_some(bin)
+        });
+        let _ = result::destroy_program(prog);
+        bin
+    }
+}
+
 /// PTX of every primitive type's kernels for `arch` (`"sm_80"`, `"sm_90"`, ...).
 #[cfg(feature = "cuda")]
 pub fn ptx(arch: &'static str) -> Result<String, String> {
@@ -136,6 +218,29 @@ mod tests {
         let names = kernel_names();
         assert_eq!(names.len(), 8 * 16 + 4 * 10);
         assert!(SOURCE.contains("CCL_INT(i16)") && SOURCE.contains("CCL_ARITH(bf16)"));
+    }
+
+    #[cfg(feature = "cuda")]
+    /// As below: what the driver gets is CUBIN for the architecture.
+    #[test]
+    fn kernels_compile_to_cubin_for_sm80_and_sm90() {
+        if !nvrtc_available() || include_dir().is_none() {
+            assert!(std::env::var("CCL_TEST_REQUIRE_ALL").as_deref() != Ok("1"), "NVRTC or CUDA headers missing");
+            eprintln!("SKIPPED: NVRTC or the CUDA headers are missing");
+            return;
+        }
+        for arch in ["sm_80", "sm_90"] {
+            let Image::Cubin(bin) = image(SOURCE, arch).unwrap_or_else(|e| panic!("{e}")) else {
+                panic!("{arch}: PTX, not CUBIN");
+            };
+            assert_eq!(&bin[..4], b"\x7fELF", "{arch}");
+            for k in kernel_names() {
+                assert!(
+                    bin.windows(k.len() + 1).any(|w| &w[..k.len()] == k.as_bytes() && w[k.len()] == 0),
+                    "{arch}: {k}"
+                );
+            }
+        }
     }
 
     #[cfg(feature = "cuda")]
