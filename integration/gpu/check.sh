@@ -13,7 +13,8 @@
 #  2. gpu_matrix under cclrun with 1, 2 and 4 ranks sharing GPU 0 (CUDA IPC
 #     between the processes), and 2 ranks staged over tcp: every blocking
 #     collective × types × counts on device buffers against the host reference;
-#     then collectives captured into CUDA graphs and replayed (2 ranks).
+#     then collectives captured into CUDA graphs and replayed (2 ranks), and
+#     the matrix with flags polled by kernels instead of stream memory ops.
 #  3. ccl-perf all_reduce on device buffers, 8 B - 1 GiB, 2 and 4 ranks, with
 #     the host time per call and the device-to-device copy ceiling; and,
 #     where there are 2 or more GPUs, NCCL's all_reduce by the same tool.
@@ -93,6 +94,8 @@ matrix "2 ranks (IPC)" -np 2
 matrix "4 ranks (IPC)" -np 4
 matrix "2 ranks (tcp staged)" -np 2 -x CCL_SHM_DISABLE=1
 MATRIX_ARGS=--graphs matrix "graphs, 2 ranks (IPC)" -np 2
+# the fallback for GPUs whose streams cannot wait on memory: flags polled by kernels
+if [ "$emulated" != 1 ]; then matrix "2 ranks (flag kernels)" -np 2 -x CCL_GPU_FLAG_KERNELS=1; fi
 
 # 3. bandwidth on device buffers (BACKEND=nccl: NCCL's, by the same tool)
 perf() {

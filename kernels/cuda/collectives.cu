@@ -150,6 +150,24 @@ __device__ void recv_reduce_send(T* out, T* next, const T* slot, const T* local,
 
 // ---- the primitive types (a derived type's source ends here and adds its own)
 
+// Flags where a stream cannot wait on memory itself: one thread polls the
+// word (how: 0 at least value, 1 some bit of value set, 2 some bit of value
+// clear), or stores it after a system-wide fence, so that what the stream
+// wrote before is visible to every GPU and process first.
+extern "C" __global__ void ccl_wait_flag(const volatile u64* flag, u64 value, u64 how) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    for (;;) {
+        u64 w = *flag;
+        if (how == 0 ? w >= value : how == 1 ? (w & value) != 0 : (w & value) != value) break;
+    }
+    __threadfence_system();
+}
+extern "C" __global__ void ccl_set_flag(volatile u64* flag, u64 value) {
+    __threadfence_system();
+    *flag = value;
+    __threadfence_system();
+}
+
 CCL_INT(i8)
 CCL_INT(u8)
 CCL_INT(i16)

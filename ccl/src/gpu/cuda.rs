@@ -40,6 +40,10 @@ pub(crate) struct Cuda {
     own: Arc<CudaStream>,
     /// Streaming multiprocessors: grids are sized to them.
     sms: u64,
+    /// Whether streams can wait on and write 64-bit words themselves
+    /// (`CAN_USE_64_BIT_STREAM_MEM_OPS`); else one-thread kernels of
+    /// [`SOURCE`](ccl_kernels::cuda::SOURCE) poll and store the flags.
+    mem_ops: bool,
 }
 
 impl std::fmt::Debug for Cuda {
@@ -90,14 +94,50 @@ impl Cuda {
         let (modules, functions, streams) = (Mutex::default(), Mutex::default(), Mutex::default());
         let own = ctx.new_stream().map_err(|e| Error::device(format!("GPU {ordinal}: new stream: {e:?}")))?;
         let ops = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
-        if ctx.attribute(ops).unwrap_or(0) == 0 {
-            return Err(Error::device(format!(
-                "GPU {ordinal} ({name}) cannot wait on 64-bit flags from a stream (CAN_USE_64_BIT_STREAM_MEM_OPS \
-                 is 0), which ccl's device hand-offs need"
-            )));
-        }
+        let mem_ops = ctx.attribute(ops).unwrap_or(0) != 0 && std::env::var_os("CCL_GPU_FLAG_KERNELS").is_none();
         let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(1);
-        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams, own, sms: sms.max(1) as u64 }))
+        let sms = sms.max(1) as u64;
+        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams, own, sms, mem_ops }))
+    }
+
+    /// The primitive types' kernel source (the flag kernels are there).
+    fn primitive(&self) -> Arc<str> {
+        static SOURCE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+        Arc::clone(SOURCE.get_or_init(|| Arc::from(ccl_kernels::cuda::SOURCE)))
+    }
+
+    /// Launches `f` on `stream` with `(blocks, threads)` and u64 `args`.
+    ///
+    /// # Safety
+    /// `args` are the kernel's parameters, each a u64, and every address
+    /// among them is valid for what the kernel does until the stream has
+    /// passed it.
+    unsafe fn run(
+        &self,
+        stream: u64,
+        f: sys::CUfunction,
+        shape: (u32, u32),
+        args: &mut [u64],
+        name: &str,
+    ) -> Result<()> {
+        let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut u64 as *mut c_void).collect();
+        // SAFETY: per the contract.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                f,
+                shape.0,
+                1,
+                1,
+                shape.1,
+                1,
+                1,
+                0,
+                stream as sys::CUstream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, name)
     }
 
     fn bind(&self) -> Result<()> {
@@ -105,12 +145,12 @@ impl Cuda {
     }
 
     /// The kernel `name` of `k`'s source, compiled and loaded on first use.
-    fn function(&self, k: &Kernels, name: &str) -> Result<sys::CUfunction> {
+    fn function(&self, source: &Arc<str>, name: &str) -> Result<sys::CUfunction> {
         let mut f = self.functions.lock().map_err(|_| Error::internal("kernel table poisoned"))?;
         if let Some(h) = f.get(name) {
             return Ok(h.0);
         }
-        let module = self.module(&k.source)?;
+        let module = self.module(source)?;
         let c = std::ffi::CString::new(name).map_err(|_| Error::internal("kernel name with a NUL byte"))?;
         let mut h: sys::CUfunction = std::ptr::null_mut();
         // SAFETY: a loaded module and a NUL-terminated name.
@@ -197,32 +237,20 @@ impl Device for Cuda {
             Launch::RecvReduceSend { out, next, slot, local, n } => (vec![out, next, slot, local, n as u64], n),
             Launch::Div { buf, ranks, n } => (vec![buf, ranks as u64, n as u64], n),
         };
-        let f = self.function(k, name)?;
-        let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut u64 as *mut c_void).collect();
+        let f = self.function(&k.source, name)?;
         // a thread per 16 bytes (the kernels' vector width), up to a few blocks per SM
         let vectors = (n * k.elem).div_ceil(16) as u64;
         let blocks = vectors.div_ceil(THREADS).clamp(1, self.sms * BLOCKS_PER_SM) as u32;
-        // SAFETY: every parameter is a u64 (a device address or a count) as
-        // the kernel declares; the pointers are valid per the contract.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                f,
-                blocks,
-                1,
-                1,
-                THREADS as u32,
-                1,
-                1,
-                0,
-                stream as sys::CUstream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        check(r, name)
+        // SAFETY: the kernel's parameters are these u64s, valid per the contract.
+        unsafe { self.run(stream, f, (blocks, THREADS as u32), &mut args, name) }
     }
     unsafe fn write_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
         self.bind()?;
+        if !self.mem_ops {
+            let f = self.function(&self.primitive(), "ccl_set_flag")?;
+            // SAFETY: (flag address, value), as the kernel declares; valid per the contract.
+            return unsafe { self.run(stream, f, (1, 1), &mut [addr, value], "ccl_set_flag") };
+        }
         let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
         // SAFETY: per the contract, `addr` is a valid aligned word until the stream passes it.
         let r = unsafe { sys::cuStreamWriteValue64_v2(stream as sys::CUstream, addr, value, flags) };
@@ -231,6 +259,16 @@ impl Device for Cuda {
     unsafe fn wait_value(&self, stream: u64, addr: u64, until: Until) -> Result<()> {
         self.bind()?;
         use sys::CUstreamWaitValue_flags as W;
+        if !self.mem_ops {
+            let (value, how) = match until {
+                Until::AtLeast(v) => (v, 0),
+                Until::SomeSet(m) => (m, 1),
+                Until::SomeClear(m) => (m, 2),
+            };
+            let f = self.function(&self.primitive(), "ccl_wait_flag")?;
+            // SAFETY: (flag address, value, how), as the kernel declares; valid per the contract.
+            return unsafe { self.run(stream, f, (1, 1), &mut [addr, value, how], "ccl_wait_flag") };
+        }
         let (value, flags) = match until {
             Until::AtLeast(v) => (v, W::CU_STREAM_WAIT_VALUE_GEQ as u32),
             Until::SomeSet(m) => (m, W::CU_STREAM_WAIT_VALUE_AND as u32),

@@ -36,7 +36,7 @@ pub const PRIMITIVES_MARK: &str = "// ---- the primitive types";
 
 /// Every kernel's name (the PTX entry points).
 pub fn kernel_names() -> Vec<String> {
-    let mut v = Vec::new();
+    let mut v = vec!["ccl_wait_flag".to_string(), "ccl_set_flag".to_string()];
     for t in TYPES {
         v.push(format!("ccl_copy_{t}"));
         v.push(format!("ccl_div_{t}"));
@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn every_kernel_is_named_in_the_source() {
         let names = kernel_names();
-        assert_eq!(names.len(), 8 * 16 + 4 * 10);
+        assert_eq!(names.len(), 2 + 8 * 16 + 4 * 10);
         assert!(SOURCE.contains("CCL_INT(i16)") && SOURCE.contains("CCL_ARITH(bf16)"));
     }
 
