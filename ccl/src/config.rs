@@ -253,8 +253,8 @@ macro_rules! knobs {
 knobs! {
     /// Algorithm for every call it implements: auto, ring, tree, rd, rhd, ring-ring, tree-ring.
     algo: Option<Algo> = None, "CCL_ALGO", "auto";
-    /// Bytes per device slot of connections within a host (8 per connection and channel); device calls of a job on one host move pieces of 4 slots. Not sized from a rank's GPU: every rank must cut calls alike.
-    gpu_slot: usize = 1 << 20, "CCL_GPU_SLOT", "1M";
+    /// Bytes per device slot of connections within a host (8 per connection and channel); device calls of a job on one host move pieces of 4 slots; auto: the GPU's memory / 8192, as a power of 2 from 1M to 8M (ranks whose GPUs differ get an error saying to set it).
+    gpu_slot: Option<usize> = None, "CCL_GPU_SLOT", "auto";
     /// Channels (independent rings or trees) each call is spread over.
     nchannels: usize = 1, "CCL_NCHANNELS", "1";
     /// Bytes of slot memory per connection, split into 32 slots (2 where every connection of a group is TCP); auto: 2M where every rank of the machine has a core of its own and talks through memory, else 1M.
@@ -363,16 +363,28 @@ impl Config {
     }
 
     /// Slots per connection, and bytes per slot, that device calls of a
-    /// group on `hosts` are cut by: [`CCL_GPU_SLOT`](Self::gpu_slot)'s within
-    /// one host, where every connection hands over on the GPUs; else the
-    /// host slots' ([`slots_on`](Self::slots_on)), which staged connections
-    /// carry.
-    pub fn device_slots_on(&self, hosts: &crate::topo::Hosts) -> Geometry {
+    /// group on `hosts` are cut by, on GPUs of `memory` bytes:
+    /// [`gpu_slot_for`](Self::gpu_slot_for) within one host, where every
+    /// connection hands over on the GPUs; else the host slots'
+    /// ([`slots_on`](Self::slots_on)), which staged connections carry.
+    pub fn device_slots_on(&self, hosts: &crate::topo::Hosts, memory: usize) -> Geometry {
         if self.shm_disable || hosts.groups().len() > 1 {
             self.slots_on(hosts)
         } else {
-            Geometry { nslots: GPU_NSLOTS, slot_bytes: self.gpu_slot }
+            Geometry { nslots: GPU_NSLOTS, slot_bytes: self.gpu_slot_for(memory) }
         }
+    }
+
+    /// Bytes per device slot on a GPU of `memory` bytes: `CCL_GPU_SLOT`,
+    /// or where that is auto, the memory / 8192 as a power of 2 from 1 MiB
+    /// to 8 MiB (80 GiB: 8 MiB; 16 GiB: 2 MiB): slots large enough that a
+    /// slot's work outweighs its hand-off, few enough that the memory they
+    /// take stays small beside the GPU's.
+    pub fn gpu_slot_for(&self, memory: usize) -> usize {
+        self.gpu_slot.unwrap_or_else(|| {
+            let share = (memory >> 13).clamp(1 << 20, 8 << 20);
+            1 << (usize::BITS - 1 - share.leading_zeros())
+        })
     }
 
     fn check(&self) -> Result<()> {
@@ -382,8 +394,8 @@ impl Config {
         if self.nchannels == 0 || self.nchannels > 64 {
             return bad("CCL_NCHANNELS", self.nchannels.to_string(), "expected 1..=64");
         }
-        if !self.gpu_slot.is_multiple_of(64) || !(64..=1 << 30).contains(&self.gpu_slot) {
-            return bad("CCL_GPU_SLOT", self.gpu_slot.to_string(), "expected a multiple of 64 bytes ..= 1 GiB");
+        if let Some(s) = self.gpu_slot.filter(|s| !s.is_multiple_of(64) || !(64..=1 << 30).contains(s)) {
+            return bad("CCL_GPU_SLOT", s.to_string(), "expected a multiple of 64 bytes ..= 1 GiB, or auto");
         }
         if self.sockets_per_peer == 0 || self.sockets_per_peer > 64 {
             return bad("CCL_SOCKETS_PER_PEER", self.sockets_per_peer.to_string(), "expected 1..=64");
@@ -495,11 +507,15 @@ mod tests {
     fn device_calls_are_cut_by_the_gpu_slots_only_within_one_host() {
         let c = Config::from_lookup(|k| (k == "CCL_GPU_SLOT").then(|| "256K".into())).expect("config");
         let one = crate::topo::Hosts::blocks(&[4]);
-        assert_eq!(c.device_slots_on(&one), Geometry { nslots: GPU_NSLOTS, slot_bytes: 256 << 10 });
+        assert_eq!(c.device_slots_on(&one, 80 << 30), Geometry { nslots: GPU_NSLOTS, slot_bytes: 256 << 10 });
         let two = crate::topo::Hosts::blocks(&[2, 2]);
-        assert_eq!(c.device_slots_on(&two), c.slots_on(&two), "staged connections carry host slots");
-        let off = Config { shm_disable: true, ..c };
-        assert_eq!(off.device_slots_on(&one), off.slots_on(&one));
+        assert_eq!(c.device_slots_on(&two, 80 << 30), c.slots_on(&two), "staged connections carry host slots");
+        let off = Config { shm_disable: true, ..c.clone() };
+        assert_eq!(off.device_slots_on(&one, 80 << 30), off.slots_on(&one));
+        let auto = Config::default();
+        let gib = 1usize << 30;
+        let sized: Vec<usize> = [4 * gib, 16 * gib, 24 * gib, 80 * gib, 141 * gib].map(|m| auto.gpu_slot_for(m)).into();
+        assert_eq!(sized, [1 << 20, 2 << 20, 2 << 20, 8 << 20, 8 << 20]);
         for bad in ["100", "0", "2G"] {
             let e = Config::from_lookup(|k| (k == "CCL_GPU_SLOT").then(|| bad.into())).expect_err(bad);
             assert!(e.to_string().contains("CCL_GPU_SLOT"), "{e}");

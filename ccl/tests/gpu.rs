@@ -26,7 +26,8 @@ fn matrix_on(algo: Option<Algo>, nchannels: usize, sizes: fn(usize) -> Vec<usize
     let seed = seed();
     for n in [1, 2, 3, 4] {
         let timeout = Duration::from_secs(120);
-        let config = Config { algo, nchannels, buffsize: Some(16384), gpu_slot: 4096, timeout, ..Config::default() };
+        let config =
+            Config { algo, nchannels, buffsize: Some(16384), gpu_slot: Some(4096), timeout, ..Config::default() };
         let job = LocalJob::new(n).hosts(&sizes(n)).config(config);
         for (rank, r) in job.run(|g| everything_on(&g, &Gpu::emulated(0), seed)).into_iter().enumerate() {
             if let Err(e) = r {
@@ -219,7 +220,7 @@ fn slow_and_fast(slow: usize, fast: usize, delay: Duration, fast_how: Emulation)
     let count = 8192;
     let ins: Vec<Vec<f32>> = (0..2).map(|_| (0..count).map(|_| rand::random::<f32>()).collect()).collect();
     let want: Vec<f32> = (0..count).map(|i| ins[0][i] + ins[1][i]).collect();
-    let config = Config { algo: Some(Algo::Ring), buffsize: Some(16384), gpu_slot: 4096, ..Config::default() };
+    let config = Config { algo: Some(Algo::Ring), buffsize: Some(16384), gpu_slot: Some(4096), ..Config::default() };
     LocalJob::new(2).config(config).run(|g| {
         let gpu = Gpu::emulated(if g.rank() == 0 { slow } else { fast });
         let s = gpu.stream().expect("must succeed");
@@ -252,7 +253,7 @@ fn a_missing_wait_on_a_flag_shows_as_wrong_data() {
 fn collectives_captured_into_a_graph_replay_right() {
     let seed = seed();
     for (n, nchannels) in [(1, 1), (2, 1), (3, 1), (3, 2)] {
-        let config = Config { gpu_slot: 4096, nchannels, timeout: Duration::from_secs(60), ..Config::default() };
+        let config = Config { gpu_slot: Some(4096), nchannels, timeout: Duration::from_secs(60), ..Config::default() };
         let out = LocalJob::new(n).config(config).run(|g| graphs_on(&g, &Gpu::emulated(0), seed));
         for (rank, r) in out.into_iter().enumerate() {
             if let Err(e) = r {

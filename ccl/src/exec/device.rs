@@ -273,7 +273,7 @@ impl DevRecv {
         dev: &Arc<dyn Device>,
         hello: &[u8],
         fp: [u64; 4],
-        ours: String,
+        (ours, slots): (String, crate::transport::Geometry),
         attached: Option<Attachment>,
     ) -> Result<Self> {
         if fp != HELLO || hello.len() != HELLO_BYTES || &hello[..8] != MAGIC {
@@ -283,6 +283,16 @@ impl DevRecv {
         let word = |i: usize| u64::from_le_bytes(hello[i..i + 8].try_into().unwrap_or_default());
         let (staged, pid, ptr) = (hello[8] != 0, word(16), word(24));
         let (nslots, slot_bytes) = (word(32).max(1) as usize, word(40) as usize);
+        if !staged && (nslots, slot_bytes) != (slots.nslots, slots.slot_bytes) {
+            // both sides cut the call by their slots: they must agree
+            return Err(Error::new(ErrorKind::Mismatch {
+                ours: format!("{ours}, {} device slots of {} B", slots.nslots, slots.slot_bytes),
+                theirs: format!(
+                    "{nslots} device slots of {slot_bytes} B (CCL_GPU_SLOT=auto sizes them by each GPU's memory: \
+                     set it on every rank where GPUs differ)"
+                ),
+            }));
+        }
         let source = if staged {
             Source::Staged(DevMem::new(dev, slot_bytes)?)
         } else if let Some(m) = attached.and_then(|a| a.downcast::<DevMem>().ok()).filter(|m| m.ptr == ptr) {
@@ -309,7 +319,8 @@ mod tests {
         let mut host = vec![0u8; 4096];
         let (mut s, n) = DevSend::open(&dev, false, 8, 1024, &mut host).expect("must succeed");
         let a: Attachment = Arc::clone(&s.mem) as Attachment;
-        let mut r = DevRecv::accept(&dev, &host[..n], HELLO, "x".into(), Some(a)).expect("must succeed");
+        let slots = crate::transport::Geometry { nslots: 8, slot_bytes: 1024 };
+        let mut r = DevRecv::accept(&dev, &host[..n], HELLO, ("x".into(), slots), Some(a)).expect("must succeed");
         assert!(matches!(&r.source, Source::Shared(m) if m.ptr == s.mem.ptr));
         for k in 0..20 {
             assert_eq!(s.slot(), r.slot(), "message {k}");
@@ -318,10 +329,16 @@ mod tests {
             r.count += 1;
         }
         let (st, n) = DevSend::open(&dev, true, 8, 1024, &mut host).expect("must succeed");
-        let r = DevRecv::accept(&dev, &host[..n], HELLO, "x".into(), None).expect("must succeed");
+        let r = DevRecv::accept(&dev, &host[..n], HELLO, ("x".into(), slots), None).expect("must succeed");
         assert!(matches!(r.source, Source::Staged(_)) && st.staged);
-        let e = DevRecv::accept(&dev, &host[..n], [1, 2, 3, 4], "all_reduce of f32@gpu".into(), None)
+        let e = DevRecv::accept(&dev, &host[..n], [1, 2, 3, 4], ("all_reduce of f32@gpu".into(), slots), None)
             .expect_err("must fail");
         assert!(e.to_string().contains("this rank called all_reduce of f32@gpu but the peer called"), "{e}");
+        // a sender whose GPU sized its slots otherwise (CCL_GPU_SLOT=auto on another GPU)
+        let (big, n) = DevSend::open(&dev, false, 8, 2048, &mut host).expect("must succeed");
+        let a: Attachment = Arc::clone(&big.mem) as Attachment;
+        let e = DevRecv::accept(&dev, &host[..n], HELLO, ("x".into(), slots), Some(a)).expect_err("must fail");
+        let m = e.to_string();
+        assert!(m.contains("8 device slots of 1024 B") && m.contains("8 device slots of 2048 B (CCL_GPU_SLOT"), "{m}");
     }
 }

@@ -70,7 +70,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             let ours = format!("{} on device memory", fingerprint::Fingerprint::describe(&self.fp));
             let attached = conns.recv_at(ri).attached();
             // (a sender gone since its hello leaves nothing to map: say so)
-            let mut dr = device::DevRecv::accept(&dev, hello, fp, ours, attached)
+            let slots = g.call.slots;
+            let mut dr = device::DevRecv::accept(&dev, hello, fp, (ours, slots), attached)
                 .map_err(|e| conns.check_alive(&[peer]).err().unwrap_or(e).with_peer(peer))?;
             // SAFETY: as for the sending side above.
             dr.pinned = unsafe { device::Pinned::new(&dev, conns.recv_at(ri).staging_memory()) };

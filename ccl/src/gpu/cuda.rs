@@ -40,6 +40,8 @@ pub(crate) struct Cuda {
     own: Arc<CudaStream>,
     /// Streaming multiprocessors: grids are sized to them.
     sms: u64,
+    /// Bytes of memory.
+    memory: usize,
     /// Whether streams can wait on and write 64-bit words themselves
     /// (`CAN_USE_64_BIT_STREAM_MEM_OPS`); else one-thread kernels of
     /// [`SOURCE`](ccl_kernels::cuda::SOURCE) poll and store the flags.
@@ -97,7 +99,10 @@ impl Cuda {
         let mem_ops = ctx.attribute(ops).unwrap_or(0) != 0 && std::env::var_os("CCL_GPU_FLAG_KERNELS").is_none();
         let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(1);
         let sms = sms.max(1) as u64;
-        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams, own, sms, mem_ops }))
+        let mut memory = 0usize;
+        // SAFETY: an out-pointer and the context's device (0 stays on failure).
+        unsafe { sys::cuDeviceTotalMem_v2(&mut memory, ctx.cu_device()) };
+        Ok(Arc::new(Cuda { ctx, name, arch, modules, functions, streams, own, sms, memory, mem_ops }))
     }
 
     /// The primitive types' kernel source (the flag kernels are there).
@@ -186,6 +191,9 @@ impl Device for Cuda {
     }
     fn context(&self) -> u64 {
         self.ctx.cu_ctx() as u64
+    }
+    fn memory(&self) -> usize {
+        self.memory
     }
     fn classify(&self, ptr: u64) -> Memory {
         if self.bind().is_err() {

@@ -226,6 +226,9 @@ impl Device for Emu {
     fn context(&self) -> u64 {
         0xe0_0000 + self.ordinal as u64
     }
+    fn memory(&self) -> usize {
+        16 << 30
+    }
     fn classify(&self, ptr: u64) -> Memory {
         if self.owns(ptr) {
             return Memory::Device { ordinal: self.ordinal, context: self.context() };

@@ -198,6 +198,8 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn ordinal(&self) -> usize;
     /// The identity of the context ccl uses on it.
     fn context(&self) -> u64;
+    /// Bytes of memory it has.
+    fn memory(&self) -> usize;
     /// What `ptr` points to.
     fn classify(&self, ptr: u64) -> Memory;
     /// Allocates `bytes` (at least 1) of device memory.

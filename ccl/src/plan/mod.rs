@@ -154,7 +154,8 @@ impl Planner {
             let mut choice = on.tuner.choose(call.coll, call.count, size, on.hosts, on.config, shared);
             if device {
                 // device calls are cut by the device slots (CCL_GPU_SLOT within a host)
-                let (slot_elems, most) = tune::cut(size, on.config.device_slots_on(on.hosts));
+                let memory = call.device.as_ref().map_or(0, |s| s.dev().memory());
+                let (slot_elems, most) = tune::cut(size, on.config.device_slots_on(on.hosts, memory));
                 let chunk = if on.config.chunksize == 0 { most } else { choice.chunk.min(most) };
                 choice = tune::Choice { slot_elems, chunk, ..choice };
             }
@@ -232,7 +233,8 @@ impl Planner {
         let device = match &call.device {
             Some(s) => {
                 let (dev, stream, kernels) = (Arc::clone(s.dev()), s.clone(), Kernels::of::<T, O>()?);
-                let (slots, timeout) = (on.config.device_slots_on(on.hosts), call.timeout.unwrap_or(on.config.timeout));
+                let slots = on.config.device_slots_on(on.hosts, dev.memory());
+                let timeout = call.timeout.unwrap_or(on.config.timeout);
                 Some(Box::new(DevCall { dev, stream, kernels, slots, timeout }))
             }
             None => None,
