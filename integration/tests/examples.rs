@@ -81,6 +81,28 @@ fn ccl_perf_socket_backend_and_memcpy_yardstick() {
     assert!(out.contains("# memcpy: 2 rank(s) each copying 1 MiB at once: "), "{out}");
     let o = Command::new(bin("ccl-perf")).args(["--backend", "nope"]).output().expect("ccl-perf");
     assert_eq!(o.status.code(), Some(2));
+    // NCCL needs its feature (and libnccl at run time): a message and exit 2, never a panic
+    let o = Command::new(bin("ccl-perf")).args(["--backend", "nccl", "-b", "8", "-e", "8"]).output().expect("ccl-perf");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(2) && err.contains("--backend nccl needs a build with `--features nccl`"), "{err}");
+}
+
+#[test]
+fn ccl_perf_on_an_emulated_gpu_prints_host_times_and_the_copy_ceiling() {
+    let out = run(2, "ccl-perf", &["--device", "emulated", "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1"]);
+    assert!(out.contains("# device-to-device copy of 65536 B: ") && out.contains("(the ceiling for busbw)"), "{out}");
+    let head = out.lines().find(|l| l.contains("#wrong")).unwrap_or_default();
+    assert_eq!(head.matches("host").count(), 2, "a host column per mode: {out}");
+    let rows: Vec<Vec<&str>> =
+        out.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for r in rows {
+        // size count type redop root | time algbw busbw #wrong host | the same in place
+        assert_eq!(r.len(), 15, "{r:?}");
+        assert!(r[8] == "0" && r[13] == "0", "no wrong elements: {r:?}");
+        let (time, host) = (r[5].parse::<f64>().unwrap_or(-1.0), r[9].parse::<f64>().unwrap_or(-1.0));
+        assert!(time > 0.0 && host > 0.0, "{r:?}");
+    }
 }
 
 #[test]
