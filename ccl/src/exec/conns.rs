@@ -201,8 +201,8 @@ impl Conns {
     }
 
     /// Waits (up to `within`) until every receiver in another process has
-    /// read the device slots it may still be reading (its `done` flag has
-    /// caught up), so they are not freed under it (peers in this process
+    /// read the device slots it may still be reading (every slot's flag
+    /// says empty), so they are not freed under it (peers in this process
     /// hold them alive themselves).
     fn drain_device_slots(&mut self, within: std::time::Duration) {
         let until = std::time::Instant::now() + within;
