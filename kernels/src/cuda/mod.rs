@@ -6,7 +6,7 @@
 //! (the library is probed before cudarc touches it). The headers for f16
 //! and bf16 (`cuda_fp16.h`, `cuda_bf16.h`) come from `CCL_CUDA_INCLUDE`,
 //! else `$CUDA_HOME/include`, else `/usr/local/cuda/include`. What the
-//! driver loads ([`image`]) is CUBIN for the device's architecture, so the
+//! driver loads (`image`) is CUBIN for the device's architecture, so the
 //! driver's PTX version does not matter; PTX only where NVRTC gives no
 //! CUBIN. Compiled code is kept per architecture and source for the life
 //! of the process.
