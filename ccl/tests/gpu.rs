@@ -264,6 +264,35 @@ fn collectives_captured_into_a_graph_replay_right() {
 }
 
 #[test]
+fn work_left_queued_by_a_failed_call_is_released_not_left_waiting() {
+    // both ranks' calls fail queueing (a driver error), rank 1's early and
+    // rank 0's late: rank 0 has queued waits for messages of rank 1 that
+    // rank 1 never queued, and its stream would wait for ever
+    let how =
+        |at: u64| Emulation { fail_queue: Some(at), wait_limit: Duration::from_secs(600), ..Emulation::default() };
+    Gpu::emulated(54).emulate(how(FAIL_LATE)).expect("must succeed");
+    Gpu::emulated(55).emulate(how(FAIL_EARLY)).expect("must succeed");
+    let config =
+        Config { algo: Some(Algo::Ring), gpu_slot: Some(4096), timeout: Duration::from_secs(3), ..Config::default() };
+    let out = LocalJob::new(2).config(config).run(|g| {
+        let gpu = Gpu::emulated(54 + g.rank());
+        let s = gpu.stream().expect("must succeed");
+        let mut d = gpu.upload(&vec![1.0f32; 8192], &s).expect("must succeed");
+        let call = g.typed::<f32>().all_reduce(&mut d, Sum);
+        (call, s.synchronize())
+    });
+    for (rank, (call, _)) in out.iter().enumerate() {
+        assert!(call.as_ref().is_err_and(|e| e.to_string().contains("emulated driver error")), "{rank}: {call:?}");
+    }
+    let e = out[0].1.as_ref().expect_err("rank 0's queued waits were released");
+    assert!(e.to_string().contains("the call failed on the host after queueing part of its device work"), "{e}");
+}
+
+/// Copies and kernels (uploads included) after which the ranks above fail.
+const FAIL_LATE: u64 = 14;
+const FAIL_EARLY: u64 = 6;
+
+#[test]
 fn ranks_of_one_process_on_gpus_without_peer_access_fail_with_a_clear_error() {
     Gpu::emulated(53).emulate(Emulation { no_peer: true, ..Emulation::default() }).expect("must succeed");
     let config = Config { algo: Some(Algo::Ring), timeout: Duration::from_secs(3), ..Config::default() };

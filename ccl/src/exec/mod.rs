@@ -109,6 +109,32 @@ struct OnGpu {
     marks: Vec<(u64, usize)>,
     told: SmallVec<[usize; 4]>,
     heard: SmallVec<[usize; 4]>,
+    /// This rank, for messages.
+    rank: usize,
+}
+
+impl<T: Reduce, O: ReduceOp<T>> Drop for Exec<T, O> {
+    /// A device call that fails on the host after queueing part of its
+    /// work leaves waits on its streams that may never be met: the GPU
+    /// watch releases them at once.
+    fn drop(&mut self) {
+        let Some(g) = self.gpu.as_mut().filter(|g| !g.joined && !g.captured && !g.waits.is_empty()) else { return };
+        // the call's stream then ends after every channel's, as the watch expects
+        let raw = g.call.stream.raw();
+        for &s in g.streams.iter().filter(|&&s| s != raw) {
+            let _ = g.call.dev.join(raw, s);
+        }
+        crate::gpu::watch::watch(crate::gpu::watch::InFlight {
+            stream: g.call.stream.clone(),
+            flags: std::mem::take(&mut g.waits),
+            marks: std::mem::take(&mut g.marks),
+            alive: Box::new(|| Ok(())),
+            deadline: std::time::Instant::now(),
+            what: format!("{} at rank {}", fingerprint::Fingerprint::describe(&self.fp), g.rank),
+            abandoned: Some("the call failed on the host after queueing part of its device work"),
+            released: false,
+        });
+    }
 }
 
 // SAFETY: the raw pointers refer to buffers the caller guarantees stay
@@ -239,7 +265,8 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     conns.dev_prepare(&call, sched.scratch * size, sched.channels.len(), captured)?;
                 let (told, heard, joined, peers) = (SmallVec::new(), SmallVec::new(), false, SmallVec::new());
                 let (waits, marks) = (Vec::new(), Vec::new());
-                let g = OnGpu { call: *call, scratch, streams, joined, captured, waits, peers, marks, told, heard };
+                let rank = conns.me();
+                let g = OnGpu { call: *call, scratch, streams, joined, captured, waits, peers, marks, told, heard, rank };
                 (Vec::new(), Some(Box::new(g)))
             }
         };

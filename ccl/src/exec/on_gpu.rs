@@ -133,6 +133,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 alive: conns.liveness(g.peers.to_vec()),
                 deadline: std::time::Instant::now() + g.call.timeout,
                 what,
+                abandoned: None,
                 released: false,
             });
         }
@@ -232,24 +233,45 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         conns: &mut Conns,
     ) -> Result<()> {
         use crate::gpu::Launch;
-        let Some(g) = &self.gpu else { return Err(Error::internal("device step without a device")) };
-        let (dev, stream, k) = (&g.call.dev, io.stream, &g.call.kernels);
         let bytes = n * std::mem::size_of::<T>();
         let missing = || Error::internal("device step on a connection without device slots");
-        let (mut slot_in, mut flag_in, mut mark_in) = (0, None, None);
+        let (mut slot_in, mut flag_in, mut mark_in, mut stage_in) = (0, None, None, None);
         if let Some(ri) = io.ri {
             let r = conns.dev_recv(ri).as_ref().ok_or_else(missing)?;
             (slot_in, flag_in, mark_in) = (r.slot(), r.flag(), r.mark());
             if let (device::Source::Staged(m), Some(h)) = (&r.source, io.host_in) {
-                // SAFETY: the peeked host slot holds `bytes` (checked) until
-                // released, which is after the sync below.
-                unsafe { dev.copy(stream, m.ptr, h as u64, bytes)? };
+                stage_in = Some((m.ptr, h as u64));
             }
         }
         let (mut slot_out, mut flag_out, mut mark_out) = (0, None, None);
         if let Some(si) = io.si {
             let s = conns.dev_send(si).as_ref().ok_or_else(missing)?;
             (slot_out, flag_out, mark_out) = (s.slot(), s.flag(), s.mark());
+        }
+        if let Some(g) = self.gpu.as_mut() {
+            // what the GPU watch releases should a peer be lost (noted
+            // before the waits are queued: a failure on the way leaves them)
+            let sides = [(flag_in, mark_in, st.recv_peer()), (flag_out, mark_out, st.send_peer())];
+            for (f, m, peer) in sides {
+                if let (Some(f), Some(m), Some(p)) = (f, m, peer) {
+                    if !g.waits.contains(&f) {
+                        g.waits.push(f);
+                    }
+                    if !g.peers.contains(&p) {
+                        g.peers.push(p);
+                    }
+                    if !g.marks.iter().any(|&(a, _)| a == m) {
+                        g.marks.push((m, p));
+                    }
+                }
+            }
+        }
+        let Some(g) = &self.gpu else { return Err(Error::internal("device step without a device")) };
+        let (dev, stream, k) = (&g.call.dev, io.stream, &g.call.kernels);
+        if let Some((staging, h)) = stage_in {
+            // SAFETY: the peeked host slot holds `bytes` (checked) until
+            // released, which is after the sync below.
+            unsafe { dev.copy(stream, staging, h, bytes)? };
         }
         let (s, d) = (src.map_or(0, |r| self.dptr(r)), dst.map_or(0, |r| self.dptr(r)));
         // SAFETY: regions were validated against their buffers in `new`
@@ -313,23 +335,6 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         }
         if let Some(ri) = io.ri {
             conns.dev_recv(ri).as_mut().ok_or_else(missing)?.count += 1;
-        }
-        if let Some(g) = self.gpu.as_mut() {
-            // what the GPU watch releases should a peer be lost
-            let sides = [(flag_in, mark_in, st.recv_peer()), (flag_out, mark_out, st.send_peer())];
-            for (f, m, peer) in sides {
-                if let (Some(f), Some(m), Some(p)) = (f, m, peer) {
-                    if !g.waits.contains(&f) {
-                        g.waits.push(f);
-                    }
-                    if !g.peers.contains(&p) {
-                        g.peers.push(p);
-                    }
-                    if !g.marks.iter().any(|&(a, _)| a == m) {
-                        g.marks.push((m, p));
-                    }
-                }
-            }
         }
         Ok(())
     }

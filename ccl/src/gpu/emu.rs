@@ -172,6 +172,8 @@ pub(crate) struct Emu {
     graphs: Mutex<HashMap<u64, Vec<Work>>>,
     /// Waits for a set bit queued since the last [`Device::emulate`].
     waits: AtomicU64,
+    /// Copies and kernels queued since then.
+    ops: AtomicU64,
 }
 
 impl std::fmt::Debug for Emu {
@@ -194,6 +196,7 @@ impl Emu {
                 how: Mutex::default(),
                 graphs: Mutex::default(),
                 waits: AtomicU64::new(0),
+                ops: AtomicU64::new(0),
             })
         });
         Arc::clone(d) as Arc<dyn Device>
@@ -209,6 +212,15 @@ impl Emu {
         s.get(&stream).cloned().ok_or_else(|| {
             Error::device(format!("stream {stream:#x} is not a stream of {} (another context's?)", self.describe()))
         })
+    }
+
+    /// The error [`Emulation::fail_queue`] asks for, if this is its turn.
+    fn fail_queue(&self) -> Result<()> {
+        let n = self.ops.fetch_add(1, Ordering::Relaxed) + 1;
+        match self.how.lock().unwrap_or_else(|e| e.into_inner()).fail_queue {
+            Some(k) if k == n => Err(Error::device(format!("emulated driver error queueing copy or kernel {n}"))),
+            _ => Ok(()),
+        }
     }
 
     fn queue(&self, stream: u64, w: Work) -> Result<()> {
@@ -277,10 +289,12 @@ impl Device for Emu {
         }
     }
     unsafe fn copy(&self, stream: u64, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.fail_queue()?;
         self.queue(stream, Work::Copy { dst, src, bytes })
     }
     unsafe fn launch(&self, stream: u64, k: &Kernels, l: Launch) -> Result<()> {
         k.name_of(&l)?;
+        self.fail_queue()?;
         self.queue(stream, Work::Launch(Box::new(k.clone()), l))
     }
     unsafe fn write_value(&self, stream: u64, addr: u64, value: u64) -> Result<()> {
@@ -394,6 +408,7 @@ impl Device for Emu {
     fn emulate(&self, how: Emulation) -> Result<()> {
         *self.how.lock().unwrap_or_else(|e| e.into_inner()) = how;
         self.waits.store(0, Ordering::Relaxed);
+        self.ops.store(0, Ordering::Relaxed);
         Ok(())
     }
     fn new_stream(&self) -> Result<u64> {

@@ -185,6 +185,9 @@ pub struct Emulation {
     pub drop_wait: Option<u64>,
     /// Has no peer access to other emulated GPUs' memory.
     pub no_peer: bool,
+    /// The `n`th copy or kernel queued from now on (from 1) fails, as a
+    /// driver error would, leaving what was queued before it.
+    pub fail_queue: Option<u64>,
 }
 
 /// What ccl needs from a GPU: memory, copies, kernels, streams, IPC.

@@ -48,6 +48,9 @@ pub(crate) struct InFlight {
     pub deadline: Instant,
     /// The call, for messages: `all_reduce #3 at rank 0`.
     pub what: String,
+    /// Why to release its waits at once (the call failed on the host after
+    /// queueing part of its work, which may wait for what never comes).
+    pub abandoned: Option<&'static str>,
     /// Whether its waits are being released.
     pub released: bool,
 }
@@ -55,6 +58,9 @@ pub(crate) struct InFlight {
 #[derive(Default)]
 struct Watch {
     calls: Mutex<Vec<InFlight>>,
+    /// Rung when a call is handed over: the thread sleeps on it while
+    /// there is nothing to watch.
+    handed: std::sync::Condvar,
     /// Why a stream's work was released, by (context, stream), until a
     /// synchronisation of the stream reports it.
     failed: Mutex<Vec<(u64, u64, Error)>>,
@@ -67,6 +73,10 @@ fn the_watch() -> &'static Arc<Watch> {
         let w = Arc::new(Watch::default());
         let w2 = Arc::clone(&w);
         let _ = std::thread::Builder::new().name("ccl-gpu-watch".into()).spawn(move || loop {
+            {
+                let calls = w2.calls.lock().unwrap_or_else(|e| e.into_inner());
+                drop(w2.handed.wait_while(calls, |c| c.is_empty()).unwrap_or_else(|e| e.into_inner()));
+            }
             std::thread::sleep(EVERY);
             w2.look();
         });
@@ -104,18 +114,15 @@ impl Watch {
                 _ => return false,
             }
             if !c.released {
-                let why = match (c.alive)() {
-                    Err(e) => e.to_string(),
-                    Ok(()) if now >= c.deadline => "its peers' part never ran on their GPUs (CCL_TIMEOUT)".into(),
-                    Ok(()) => return true,
+                let why = match (c.abandoned, (c.alive)()) {
+                    (Some(why), _) => why.to_string(),
+                    (None, Err(e)) => format!("the GPU waited on a peer that is gone ({e})"),
+                    (None, Ok(())) if now >= c.deadline => {
+                        "the GPU waited longer than CCL_TIMEOUT for its peers' part".into()
+                    }
+                    (None, Ok(())) => return true,
                 };
-                fail(
-                    &*c,
-                    format!(
-                        "the GPU waited on a peer that is gone ({why}); its device work was released and its \
-                                 results are wrong"
-                    ),
-                );
+                fail(&*c, format!("{why}; its device work was released and its results are wrong"));
                 c.released = true;
                 for &(m, _) in &c.marks {
                     // SAFETY: as for the flags below; a word of its own.
@@ -135,7 +142,9 @@ impl Watch {
 
 /// Watches `call` until its stream has run it.
 pub(crate) fn watch(call: InFlight) {
-    the_watch().calls.lock().unwrap_or_else(|e| e.into_inner()).push(call);
+    let w = the_watch();
+    w.calls.lock().unwrap_or_else(|e| e.into_inner()).push(call);
+    w.handed.notify_one();
 }
 
 /// Why work on `stream` was released, or ran on released data, once (see
