@@ -52,8 +52,9 @@ impl Gpu {
 
     /// An emulated GPU for tests: "device" memory is host memory that only
     /// this device's calls may touch, and each stream is a thread that runs
-    /// its queued work in order, as the GPU would. Handles with the same `ordinal` made in one process
-    /// are one device (one context), like ranks sharing a GPU.
+    /// its queued work in order, as the GPU would. Handles with the same
+    /// `ordinal` made in one process are one device (one context), like
+    /// ranks sharing a GPU.
     #[doc(hidden)]
     pub fn emulated(ordinal: usize) -> Self {
         Gpu { dev: super::emu::Emu::get(ordinal) }
