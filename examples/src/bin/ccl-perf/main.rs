@@ -7,6 +7,8 @@
 //! and reduce), and #wrong: elements that differ from the exactly
 //! predictable result of a checked call. Times are the slowest rank's.
 
+#[cfg(any(feature = "mpi", feature = "nccl"))]
+mod exact;
 #[cfg(feature = "gloo")]
 mod gloo;
 #[cfg(feature = "mpi")]

@@ -3,15 +3,12 @@
 //! tool with one table. Float sum only. rsmpi has no `MPI_IN_PLACE`, so
 //! the in-place columns are a second out-of-place measurement.
 
+use super::exact::{self, value};
 use super::table::{self, Mode};
 use super::{Args, Coll};
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use std::time::Instant;
-
-fn value(r: usize, i: usize) -> f32 {
-    ((r * 7 + i * 13) % 11) as f32
-}
 
 /// Runs the sweep; the process exit code.
 pub fn run(a: &Args, coll: Coll) -> i32 {
@@ -71,23 +68,10 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
             Coll::ReduceScatter => world.reduce_scatter_block_into(input, output, SystemOperation::sum()),
             Coll::AllToAll => world.all_to_all_into(input, output),
         };
-        let fold = |q: usize| (0..n).map(|s| value(s, q)).sum::<f32>();
         let mut modes = Vec::new();
         for _ in 0..2 {
             call(&input, &mut output);
-            let want = |q: usize| -> Option<f32> {
-                let c = count.max(1);
-                Some(match coll {
-                    Coll::AllReduce => fold(q),
-                    Coll::Reduce if r == root => fold(q),
-                    Coll::Reduce => return None,
-                    Coll::Broadcast => value(root, q),
-                    Coll::AllGather => value(q / c, q % c),
-                    Coll::ReduceScatter => fold(r * count + q),
-                    Coll::AllToAll => value(q / c, r * count + q % c),
-                })
-            };
-            let wrong = output.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64;
+            let wrong = exact::wrong(coll, (n, r, root), count, &output);
             for _ in 0..a.warmup {
                 call(&input, &mut output);
             }

@@ -6,6 +6,7 @@
 //! the stream has run the calls, and the host column gives how long each
 //! call took to return, as for `--device cuda`.
 
+use super::exact::{self, value};
 use super::table::{self, Mode};
 use super::{Args, Coll};
 use ccl::{Group, Max, Sum};
@@ -13,10 +14,6 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudarc::nccl::{Comm, Id, ReduceOp};
 use std::sync::Arc;
 use std::time::Instant;
-
-fn value(r: usize, i: usize) -> f32 {
-    ((r * 7 + i * 13) % 11) as f32
-}
 
 /// Whether libnccl can be loaded (cudarc panics where it cannot).
 fn nccl_present() -> bool {
@@ -112,19 +109,7 @@ fn sweep(g: &Group, a: &Args, coll: Coll) -> R<u64> {
         // in-place columns repeat the out-of-place measurement)
         call(&input, &mut output)?;
         let got = stream.clone_dtoh(&output).map_err(|e| format!("download: {e:?}"))?;
-        let fold = |q: usize| (0..n).map(|s| value(s, q)).sum::<f32>();
-        let want = |q: usize| -> Option<f32> {
-            let c = count.max(1);
-            Some(match coll {
-                Coll::AllReduce => fold(q),
-                Coll::Reduce if r == root => fold(q),
-                Coll::Reduce => return None,
-                Coll::Broadcast => value(root, q),
-                Coll::AllGather => value(q / c, q % c),
-                _ => fold(r * count + q),
-            })
-        };
-        let wrong = got.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64;
+        let wrong = exact::wrong(coll, (n, r, root), count, &got);
         let m = timed(g, a, &stream, bytes, coll, wrong, || call(&input, &mut output))?;
         let rooted = if matches!(coll, Coll::Broadcast | Coll::Reduce) { root as i64 } else { -1 };
         let redop = if matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) { "sum" } else { "none" };
