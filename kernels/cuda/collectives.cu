@@ -97,21 +97,6 @@ __device__ void copy(T* dst, const T* src, u64 n) {
 }
 
 template <typename T, typename Op>
-__device__ void reduce(T* dst, const T* a, const T* b, u64 n) {
-    typedef typename Pack<T>::V V;
-    const u64 done = packed<T>(n, dst, a, b, 0);
-    for (u64 p = first_thread(); p < done / Pack<T>::W; p += all_threads()) {
-        V x, y;
-        x.raw = ((const uint4*)a)[p];
-        y.raw = ((const uint4*)b)[p];
-#pragma unroll
-        for (int k = 0; k < Pack<T>::W; k++) x.e[k] = Op::f(x.e[k], y.e[k]);
-        ((uint4*)dst)[p] = x.raw;
-    }
-    for (u64 i = done + first_thread(); i < n; i += all_threads()) dst[i] = Op::f(a[i], b[i]);
-}
-
-template <typename T, typename Op>
 __device__ void recv_reduce_send(T* out, T* next, const T* slot, const T* local, u64 n) {
     typedef typename Pack<T>::V V;
     const u64 done = packed<T>(n, out, next, slot, local);
@@ -129,6 +114,12 @@ __device__ void recv_reduce_send(T* out, T* next, const T* slot, const T* local,
         if (out) out[i] = v;
         if (next) next[i] = v;
     }
+}
+
+// dst = a op b (dst may be a or b: each element is read before written)
+template <typename T, typename Op>
+__device__ void reduce(T* dst, const T* a, const T* b, u64 n) {
+    recv_reduce_send<T, Op>(dst, 0, a, b, n);
 }
 
 #define CCL_COPY(T) \

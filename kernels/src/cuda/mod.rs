@@ -220,13 +220,24 @@ mod tests {
         assert!(SOURCE.contains("CCL_INT(i16)") && SOURCE.contains("CCL_ARITH(bf16)"));
     }
 
+    /// Whether NVRTC and the CUDA headers are here (scripts/deps.sh cuda
+    /// puts them in .cache/cuda); a test without them skips, unless
+    /// CCL_TEST_REQUIRE_ALL=1.
     #[cfg(feature = "cuda")]
-    /// As below: what the driver gets is CUBIN for the architecture.
+    fn nvrtc_here() -> bool {
+        if nvrtc_available() && include_dir().is_some() {
+            return true;
+        }
+        assert!(std::env::var("CCL_TEST_REQUIRE_ALL").as_deref() != Ok("1"), "NVRTC or CUDA headers missing");
+        eprintln!("SKIPPED: NVRTC or the CUDA headers are missing");
+        false
+    }
+
+    #[cfg(feature = "cuda")]
+    /// What the driver gets is CUBIN for the architecture.
     #[test]
     fn kernels_compile_to_cubin_for_sm80_and_sm90() {
-        if !nvrtc_available() || include_dir().is_none() {
-            assert!(std::env::var("CCL_TEST_REQUIRE_ALL").as_deref() != Ok("1"), "NVRTC or CUDA headers missing");
-            eprintln!("SKIPPED: NVRTC or the CUDA headers are missing");
+        if !nvrtc_here() {
             return;
         }
         for arch in ["sm_80", "sm_90"] {
@@ -244,13 +255,9 @@ mod tests {
     }
 
     #[cfg(feature = "cuda")]
-    /// Needs libnvrtc and the CUDA headers (scripts/deps.sh cuda puts them
-    /// in .cache/cuda); skips without them unless CCL_TEST_REQUIRE_ALL=1.
     #[test]
     fn kernels_compile_to_ptx_for_sm80_and_sm90() {
-        if !nvrtc_available() || include_dir().is_none() {
-            assert!(std::env::var("CCL_TEST_REQUIRE_ALL").as_deref() != Ok("1"), "NVRTC or CUDA headers missing");
-            eprintln!("SKIPPED: NVRTC or the CUDA headers are missing");
+        if !nvrtc_here() {
             return;
         }
         for arch in ["sm_80", "sm_90"] {
