@@ -111,7 +111,11 @@ impl Lane {
                     s = self.moved.wait(s).unwrap_or_else(|e| e.into_inner());
                 }
             };
-            let how = emu.upgrade().map(|e| *e.how.lock().unwrap_or_else(|e| e.into_inner())).unwrap_or_default();
+            let how = || emu.upgrade().map(|e| *e.how.lock().unwrap_or_else(|e| e.into_inner())).unwrap_or_default();
+            while how().paused {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let how = how();
             // SAFETY: whoever queued the work promised its pointers stay
             // valid until the stream has passed it, which is now.
             let r = unsafe { run(w, &how) };

@@ -188,6 +188,8 @@ pub struct Emulation {
     /// The `n`th copy or kernel queued from now on (from 1) fails, as a
     /// driver error would, leaving what was queued before it.
     pub fail_queue: Option<u64>,
+    /// Its streams start nothing while set (a GPU busy elsewhere).
+    pub paused: bool,
 }
 
 /// What ccl needs from a GPU: memory, copies, kernels, streams, IPC.
