@@ -17,8 +17,8 @@
 //! `fault alloc-hang N`: rank 0 waits inside `alloc_shared(N)` for ranks
 //! that never come.
 //! `fault gpu-exit R`: on emulated GPUs, every rank queues an all-reduce
-//! of device buffers; rank R's GPU is slow, and R exits (code 3) as soon
-//! as its call returns, before its GPU has run its part; the others then
+//! of device buffers; rank R's GPU is slow, and R exits (code 3) soon
+//! after its call returns, before its GPU has run its part; the others then
 //! synchronise their streams, which wait on R's flags.
 
 use ccl::Sum;
@@ -145,6 +145,9 @@ fn main() {
             let mut d = gpu.upload(&buf, &s).unwrap_or_else(|e| report(e));
             comm.all_reduce(&mut d, Sum).unwrap_or_else(|e| report(e));
             if g.rank() == arg(1) {
+                // long enough for the peers to map its slots (else they fail
+                // there, first), far shorter than its GPU's part
+                std::thread::sleep(std::time::Duration::from_millis(100));
                 std::process::exit(3);
             }
             s.synchronize().unwrap_or_else(|e| report(e));
