@@ -255,6 +255,8 @@ knobs! {
     algo: Option<Algo> = None, "CCL_ALGO", "auto";
     /// Bytes per device slot of connections within a host (8 per connection and channel); device calls of a job on one host move pieces of 4 slots; auto: the GPU's memory / 8192, as a power of 2 from 1M to 8M (ranks whose GPUs differ get an error saying to set it).
     gpu_slot: Option<usize> = None, "CCL_GPU_SLOT", "auto";
+    /// 1: every device call is finished by the communicator's proxy thread, as calls over tcp are (for checking that path on one host).
+    gpu_proxy: bool = false, "CCL_GPU_PROXY", "0";
     /// Channels (independent rings or trees) each call is spread over.
     nchannels: usize = 1, "CCL_NCHANNELS", "1";
     /// Bytes of slot memory per connection, split into 32 slots (2 where every connection of a group is TCP); auto: 2M where every rank of the machine has a core of its own and talks through memory, else 1M.

@@ -23,11 +23,19 @@ fn matrix(algo: Option<Algo>, nchannels: usize) {
 
 /// [`matrix`] with the ranks on hosts of `sizes(ranks)` ranks each.
 fn matrix_on(algo: Option<Algo>, nchannels: usize, sizes: fn(usize) -> Vec<usize>) {
-    let seed = seed();
+    matrix_with(Config { algo, nchannels, ..Config::default() }, sizes);
+}
+
+/// [`matrix`] with every device call finished by the proxy thread.
+fn matrix_proxied(algo: Option<Algo>, nchannels: usize) {
+    matrix_with(Config { algo, nchannels, gpu_proxy: true, ..Config::default() }, |n| vec![n]);
+}
+
+fn matrix_with(config: Config, sizes: fn(usize) -> Vec<usize>) {
+    let (seed, algo) = (seed(), config.algo);
     for n in [1, 2, 3, 4] {
         let timeout = Duration::from_secs(120);
-        let config =
-            Config { algo, nchannels, buffsize: Some(16384), gpu_slot: Some(4096), timeout, ..Config::default() };
+        let config = Config { buffsize: Some(16384), gpu_slot: Some(4096), timeout, ..config.clone() };
         let job = LocalJob::new(n).hosts(&sizes(n)).config(config);
         for (rank, r) in job.run(|g| everything_on(&g, &Gpu::emulated(0), seed)).into_iter().enumerate() {
             if let Err(e) = r {
@@ -45,6 +53,12 @@ fn ring_on_device_buffers() {
 #[test]
 fn two_channels_on_streams_of_their_own() {
     matrix(Some(Algo::Ring), 2);
+}
+
+#[test]
+fn calls_finished_by_the_proxy_thread() {
+    matrix_proxied(Some(Algo::Ring), 2);
+    matrix_proxied(Some(Algo::Tree), 1);
 }
 
 #[test]

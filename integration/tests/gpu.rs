@@ -41,6 +41,16 @@ fn capturing_a_call_staged_over_tcp_is_an_error_naming_it() {
 }
 
 #[test]
+fn a_call_staged_over_tcp_returns_before_the_gpu_has_run_it() {
+    // without the proxy thread, rank 0's call would wait for its paused GPU
+    for (np, algo) in [(2, "ring"), (3, "ring"), (3, "tree")] {
+        let extra = ["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_GPU_SLOT=4096", "-x", &format!("CCL_ALGO={algo}")];
+        let args = [MATRIX, "--emulated", "--returns-early"];
+        ccl_integration::every_rank_passes(np, &extra, &args, "returned before its GPU ran the call");
+    }
+}
+
+#[test]
 fn device_matrix_staged_over_tcp_on_emulated_gpus() {
     for np in [2, 3] {
         matrix(np, &["-x", "CCL_SHM_DISABLE=1"]);

@@ -142,14 +142,15 @@ __device__ void reduce(T* dst, const T* a, const T* b, u64 n) {
 // ---- the primitive types (a derived type's source ends here and adds its own)
 
 // Flags where a stream cannot wait on memory itself: one thread polls the
-// word (how: 0 at least value, 1 some bit of value set, 2 some bit of value
-// clear), or stores it after a system-wide fence, so that what the stream
-// wrote before is visible to every GPU and process first.
+// word (how: 0 at least value, the difference taken as signed as CUDA's
+// GEQ takes it, 1 some bit of value set, 2 some bit of value clear), or
+// stores it after a system-wide fence, so that what the stream wrote
+// before is visible to every GPU and process first.
 extern "C" __global__ void ccl_wait_flag(const volatile u64* flag, u64 value, u64 how) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     for (;;) {
         u64 w = *flag;
-        if (how == 0 ? w >= value : how == 1 ? (w & value) != 0 : (w & value) != value) break;
+        if (how == 0 ? (long long)(w - value) >= 0 : how == 1 ? (w & value) != 0 : (w & value) != value) break;
     }
     __threadfence_system();
 }

@@ -13,8 +13,12 @@ use crate::plan::{Call, On, Planner, Prepared};
 use crate::topo::Hosts;
 use crate::transport::Registry;
 use crate::{tune, BitOr, Reduce};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// How long the proxy thread drives the queue before it lets a thread
+/// that makes a call in.
+const PROXY_SLICE: std::time::Duration = std::time::Duration::from_micros(500);
 
 pub(crate) struct Inner {
     pub rank: usize,
@@ -35,6 +39,12 @@ pub(crate) struct Inner {
     /// Shared buffers allocated so far (numbers them alike on every rank).
     pub windows: AtomicU64,
     aborted: Arc<AtomicBool>,
+    /// Where device calls the proxy finishes go (see [`Group::proxy`]),
+    /// each with the group, which lives until the call is done.
+    proxy: Mutex<Option<std::sync::mpsc::Sender<(u64, Stream, Group)>>>,
+    /// Threads waiting for the state's lock to make a call: the proxy
+    /// lets them in.
+    callers: AtomicUsize,
     /// The calls in flight and the schedules made so far (by what
     /// determines them: a repeated call reuses its schedule instead of
     /// generating it again), under one lock that a call takes once.
@@ -106,6 +116,8 @@ impl Group {
             splits: AtomicU64::new(0),
             windows: AtomicU64::new(0),
             aborted,
+            proxy: Mutex::new(None),
+            callers: AtomicUsize::new(0),
             state: Mutex::new(State { engine, plans, kept: None }),
         };
         if let Some(r) = rules {
@@ -152,8 +164,10 @@ impl Group {
 
     /// Runs `f` holding the lock on this group's engine and plans.
     fn with_state<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
-        let mut s = self.inner.state.lock().map_err(|_| Error::internal("engine lock poisoned"))?;
-        f(&mut s)
+        self.inner.callers.fetch_add(1, Ordering::SeqCst);
+        let s = self.inner.state.lock();
+        self.inner.callers.fetch_sub(1, Ordering::SeqCst);
+        f(&mut *s.map_err(|_| Error::internal("engine lock poisoned"))?)
     }
 
     /// The group a call is planned on.
@@ -229,6 +243,12 @@ impl Group {
                     }
                 }
             };
+            if let Some(stream) = op.exec.proxied().cloned() {
+                // its work is queued as the peers' messages come: it
+                // returns now, and the proxy finishes it
+                let id = eng.submit(op, call.coll.name(), seq, timeout)?;
+                return self.proxy(id, stream);
+            }
             let started = timed.then(std::time::Instant::now);
             eng.run(&mut *op, call.coll.name(), seq, timeout)?;
             if let Some(t0) = started {
@@ -241,6 +261,53 @@ impl Group {
             }
             Ok(())
         })
+    }
+
+    /// Hands queued call `id`, a device call ordered on `stream`, to this
+    /// group's proxy thread (started by the first such call), which drives
+    /// the queue until the call is done, a slice at a time so that calls
+    /// made meanwhile get in; a failure is reported by the next
+    /// synchronisation of `stream`. Each call holds the group until it is
+    /// done: dropping the communicator lets calls in flight finish (the
+    /// thread ends with the group).
+    fn proxy(&self, id: u64, stream: Stream) -> Result<()> {
+        let mut tx = self.inner.proxy.lock().map_err(|_| Error::internal("proxy lock poisoned"))?;
+        if tx.is_none() {
+            let (send, calls) = std::sync::mpsc::channel::<(u64, Stream, Group)>();
+            std::thread::Builder::new()
+                .name(format!("ccl-proxy-{}", self.inner.rank))
+                .spawn(move || {
+                    while let Ok((id, stream, group)) = calls.recv() {
+                        group.finish_proxied(id, &stream);
+                    }
+                })
+                .map_err(|e| Error::internal(format!("starting the proxy thread: {e}")))?;
+            *tx = Some(send);
+        }
+        tx.as_ref()
+            .and_then(|t| t.send((id, stream, self.clone())).ok())
+            .ok_or_else(|| Error::internal("the proxy thread is gone"))
+    }
+
+    /// Drives the queue until call `id` is done (on the proxy thread).
+    fn finish_proxied(&self, id: u64, stream: &Stream) {
+        loop {
+            let slice = std::time::Instant::now() + PROXY_SLICE;
+            let r = match self.inner.state.lock() {
+                Ok(mut s) => s.engine.wait_until(id, Some(slice)),
+                Err(_) => Some(Err(Error::internal("engine lock poisoned"))),
+            };
+            match r {
+                None => {
+                    // a thread making a call goes first
+                    while self.inner.callers.load(Ordering::SeqCst) > 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                Some(Ok(())) => return,
+                Some(Err(e)) => return crate::gpu::watch::report(stream, e),
+            }
+        }
     }
 
     pub(super) fn barrier_call(timeout: Option<std::time::Duration>) -> Call<'static, u8> {

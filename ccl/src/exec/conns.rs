@@ -24,6 +24,8 @@ pub struct Conns {
     dev_retired: Vec<DevMem>,
     /// Streams of the channels of multi-channel device calls, kept.
     dev_streams: Vec<crate::gpu::Stream>,
+    /// How device calls finished by the proxy are ordered ([`Proxy`]).
+    pub(crate) proxy: Proxy,
     reg: Arc<Registry>,
     comm: u64,
     me: usize,
@@ -36,6 +38,43 @@ pub struct Conns {
     /// This rank's last collectives on the communicator, by number: call
     /// number + 1 (0: none) and fingerprint.
     calls: [(u64, Words); ENTRIES],
+}
+
+/// Bytes of each proxy word (a line of its own).
+const PROXY_WORD: usize = 64;
+
+/// Device calls finished by the communicator's proxy thread: those over
+/// a staged (tcp) connection, whose bytes pass through the host, and every
+/// later one (or every one, `CCL_GPU_PROXY=1`). Such a call queues on its
+/// caller's stream only two words' operations: "call `n` starts here"
+/// and "wait until call `n` is done"; its channels' streams wait for the
+/// first, the last of them writes the second, and the proxy queues the
+/// work between as the peers' messages and the host slots allow.
+#[derive(Debug, Default)]
+pub(crate) struct Proxy {
+    /// Whether device calls go through the proxy from now on (the
+    /// channels' streams are shared, so calls cannot leave it).
+    pub on: bool,
+    /// The start and done words, on the GPU of the calls.
+    words: Option<DevMem>,
+    /// Tickets issued, and the last one whose work is all queued.
+    issued: u64,
+    pub queued: u64,
+}
+
+/// A proxied call's number and the words its streams wait on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ticket {
+    pub n: u64,
+    pub start: u64,
+    pub done: u64,
+}
+
+impl Ticket {
+    /// What the watch writes to release a wait on the done word.
+    pub fn released(&self) -> u64 {
+        self.n + (1 << 32)
+    }
 }
 
 impl Drop for Conns {
@@ -68,6 +107,7 @@ impl Conns {
             dev_scratch: None,
             dev_retired: Vec::new(),
             dev_streams: Vec::new(),
+            proxy: Proxy::default(),
             calls: [(0, [0; 4]); ENTRIES],
         }
     }
@@ -251,6 +291,64 @@ impl Conns {
         Ok((scratch, streams))
     }
 
+    /// Makes a device call that the proxy finishes (see [`Proxy`]) wait
+    /// on its caller's stream: the stream marks where the call starts and
+    /// waits until the call is done; returns the call's ticket and words.
+    /// Scratch is returned as by [`dev_prepare`](Self::dev_prepare); the
+    /// channels' streams come later, from [`dev_channels`](Self::dev_channels).
+    pub(crate) fn dev_proxied(&mut self, call: &DevCall, bytes: usize) -> crate::Result<(u64, Ticket)> {
+        self.follow_last(call)?;
+        let scratch = self.dev_scratch(call, bytes)?;
+        if self.proxy.words.as_ref().is_none_or(|m| m.dev().context() != call.dev.context()) {
+            let m = DevMem::new(&call.dev, 2 * PROXY_WORD)?;
+            for w in [m.ptr, m.ptr + PROXY_WORD as u64] {
+                // SAFETY: aligned words of the fresh allocation, which no queued work uses yet.
+                unsafe { call.dev.write_word(w, 0)? };
+            }
+            self.dev_retired.extend(self.proxy.words.replace(m));
+        }
+        let base = self.proxy.words.as_ref().map_or(0, |m| m.ptr);
+        let t = Ticket { n: self.proxy.issued + 1, start: base, done: base + PROXY_WORD as u64 };
+        let raw = call.stream.raw();
+        // SAFETY: words of the communicator's proxy memory, kept while calls may use it.
+        unsafe {
+            call.dev.write_value(raw, t.start, t.n)?;
+            call.dev.wait_value(raw, t.done, crate::gpu::Until::AtLeast(t.n))?;
+        }
+        self.proxy.issued = t.n;
+        self.proxy.on = true;
+        Ok((scratch, t))
+    }
+
+    /// The streams of a proxied call's `channels` (at least one, never
+    /// its caller's stream), each waiting until the caller's stream has
+    /// reached the call (ticket `t`); `None` while an earlier proxied call
+    /// has not queued all its work yet (their streams are shared).
+    pub(crate) fn dev_channels(
+        &mut self,
+        call: &DevCall,
+        channels: usize,
+        t: Ticket,
+    ) -> crate::Result<Option<smallvec::SmallVec<[u64; 4]>>> {
+        if self.proxy.queued + 1 != t.n {
+            return Ok(None);
+        }
+        if self.dev_streams.first().is_some_and(|s| s.dev().context() != call.dev.context()) {
+            self.dev_streams.clear();
+        }
+        while self.dev_streams.len() < channels.max(1) {
+            let g = crate::gpu::Gpu { dev: std::sync::Arc::clone(&call.dev) };
+            self.dev_streams.push(g.stream()?);
+        }
+        let streams: smallvec::SmallVec<[u64; 4]> =
+            self.dev_streams[..channels.max(1)].iter().map(|s| s.raw()).collect();
+        for &s in &streams {
+            // SAFETY: as in `dev_proxied`.
+            unsafe { call.dev.wait_value(s, t.start, crate::gpu::Until::AtLeast(t.n))? };
+        }
+        Ok(Some(streams))
+    }
+
     /// Makes `call`'s stream wait for the previous call's.
     fn follow_last(&mut self, call: &DevCall) -> crate::Result<()> {
         let raw = call.stream.raw();
@@ -312,6 +410,15 @@ impl Conns {
     /// not a look at memory.
     pub fn any_socket(&self) -> bool {
         self.sends.iter().any(SendConn::is_socket) || self.recvs.iter().any(RecvConn::is_socket)
+    }
+
+    /// Whether any of `uses` (by [`send_id`](Self::send_id) and
+    /// [`recv_id`](Self::recv_id)) is a socket.
+    pub fn any_socket_of(&self, uses: &[usize]) -> bool {
+        uses.iter().any(|&u| match u % 2 {
+            0 => self.sends.get(u / 2).is_some_and(SendConn::is_socket),
+            _ => self.recvs.get(u / 2).is_some_and(RecvConn::is_socket),
+        })
     }
 
     /// This rank's doorbell.

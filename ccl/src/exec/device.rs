@@ -70,6 +70,12 @@ pub struct DevCall {
     pub slots: crate::transport::Geometry,
     /// How long its device work may wait on peers (`CCL_TIMEOUT`).
     pub timeout: std::time::Duration,
+    /// The ranks to divide the result by, queued after the call's last
+    /// step (Avg's finishing pass), if the call reduces.
+    pub finish: Option<usize>,
+    /// Whether the communicator's proxy thread finishes the call even if
+    /// no connection of it is staged (`CCL_GPU_PROXY=1`).
+    pub proxy: bool,
 }
 
 /// Owned device memory, freed on drop.

@@ -70,6 +70,11 @@ pub(crate) trait Pending: Send {
     fn blocked_on(&self) -> Vec<usize>;
     /// Runs once when done: the finishing pass, then handing buffers back.
     fn complete(&mut self) -> Result<()>;
+    /// Whether it waits on a GPU (no peer rings when that is done): the
+    /// queue then polls instead of sleeping.
+    fn on_gpu(&self) -> bool {
+        false
+    }
 }
 
 /// A collective or point-to-point call: an executor plus what to do at the end.
@@ -94,6 +99,9 @@ impl<T: Reduce, O: ReduceOp<T>> Pending for CallOp<T, O> {
     }
     fn blocked_on(&self) -> Vec<usize> {
         self.exec.blocked_on()
+    }
+    fn on_gpu(&self) -> bool {
+        self.exec.gpu_pending()
     }
     fn complete(&mut self) -> Result<()> {
         let r = match self.finish_ranks {
@@ -164,6 +172,8 @@ impl Entry {
 }
 
 /// The queue, the connections, and the results not yet collected.
+/// Dropped, it drops its calls first: a device call's connections and
+/// memory must outlive its work ([`Conns`]'s drop waits for it).
 pub(crate) struct Engine {
     pub conns: Conns,
     rank: usize,
@@ -181,6 +191,14 @@ pub(crate) struct Engine {
     chatty: bool,
     /// When a stuck call next compares calls with its peers.
     next_compare: std::cell::Cell<Instant>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // (a device call left unfinished hands its queued work to the GPU
+        // watch, which releases it: then the connections wait for it)
+        self.queue.clear();
+    }
 }
 
 impl Engine {
@@ -377,6 +395,12 @@ impl Engine {
 
     /// Drives the queue until call `id` has finished; its result.
     pub fn wait(&mut self, id: u64) -> Result<()> {
+        self.wait_until(id, None).unwrap_or_else(|| Err(Error::internal("a wait without an end returned")))
+    }
+
+    /// [`wait`](Self::wait), but returns `None` at `until` if call `id`
+    /// has not finished by then (a proxy that lets other threads in).
+    pub fn wait_until(&mut self, id: u64, until: Option<Instant>) -> Option<Result<()>> {
         let mut backoff = Backoff::new(self.own_core, self.conns.any_socket());
         // The clock is read only once the call has been idle a while (every
         // CLOCK_EVERY spins, and before every yield or sleep): a call that
@@ -385,7 +409,10 @@ impl Engine {
         let mut idle: u32 = 0;
         loop {
             if let Some(r) = self.take(id) {
-                return r;
+                return Some(r);
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return None;
             }
             if self.aborted.load(Ordering::SeqCst) && !self.queue.is_empty() {
                 self.fail(0, Error::new(ErrorKind::Aborted));
@@ -439,13 +466,24 @@ impl Engine {
                 }
             }
             let Some(i) = self.queue.iter().position(|e| e.id == id) else {
-                return Err(Error::internal(format!("no call {id} in flight")));
+                return Some(Err(Error::internal(format!("no call {id} in flight"))));
             };
             // every call was stamped when the clock was last read, which it
             // is before any sleep
             let soonest = |e: &Entry| e.clock.map_or_else(Instant::now, |(_, d)| d);
             let (queue, conns) = (&self.queue, &self.conns);
-            backoff.snooze(|| soonest(&queue[i]).min(soonest(&queue[0])), |d| conns.sleep(seen, d));
+            if queue.iter().any(|e| e.op.get().on_gpu()) {
+                // no peer rings when a GPU is done: poll it, leaving the
+                // core to whoever needs it between polls (an emulated
+                // GPU's streams are threads)
+                std::thread::yield_now();
+                continue;
+            }
+            let deadline = || {
+                let d = soonest(&queue[i]).min(soonest(&queue[0]));
+                until.map_or(d, |u| d.min(u))
+            };
+            backoff.snooze(deadline, |d| conns.sleep(seen, d));
         }
     }
 
@@ -562,6 +600,18 @@ mod tests {
         e.run(&mut f, "barrier", 9, T).expect("finishes");
         assert_eq!(f.completed, 1);
         assert!(e.wait(id).is_ok());
+    }
+
+    #[test]
+    fn a_wait_with_an_end_returns_at_it_and_the_call_finishes_later() {
+        let mut e = engine();
+        let id = e.submit(Box::new(Fake { needs: 3, ..Fake::default() }), "all_reduce", 1, T).expect("queued");
+        // an end already passed: no pass is made, the call stays queued
+        assert!(e.wait_until(id, Some(Instant::now())).is_none());
+        assert_eq!(e.queue.len(), 1);
+        let far = Instant::now() + T;
+        assert!(matches!(e.wait_until(id, Some(far)), Some(Ok(()))));
+        assert!(e.queue.is_empty() && e.results.is_empty());
     }
 
     #[test]

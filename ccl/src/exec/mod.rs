@@ -111,6 +111,21 @@ struct OnGpu {
     heard: SmallVec<[usize; 4]>,
     /// This rank, for messages.
     rank: usize,
+    /// A call the proxy finishes ([`conns::Proxy`]): its ticket. Its
+    /// channels' streams are taken when its turn comes (`streams` empty
+    /// until then).
+    ticket: Option<conns::Ticket>,
+    /// Per channel: the slot whose copies through a host slot (staged)
+    /// are queued, until the stream has run them.
+    stage: SmallVec<[Option<on_gpu::Staged>; 4]>,
+}
+
+impl OnGpu {
+    /// The flags the GPU watch releases, with the value that releases each.
+    fn releases(&mut self) -> Vec<(u64, u64)> {
+        let done = self.ticket.map(|t| (t.done, t.released()));
+        std::mem::take(&mut self.waits).into_iter().map(|f| (f, crate::gpu::watch::RELEASED)).chain(done).collect()
+    }
 }
 
 impl<T: Reduce, O: ReduceOp<T>> Drop for Exec<T, O> {
@@ -118,7 +133,8 @@ impl<T: Reduce, O: ReduceOp<T>> Drop for Exec<T, O> {
     /// work leaves waits on its streams that may never be met: the GPU
     /// watch releases them at once.
     fn drop(&mut self) {
-        let Some(g) = self.gpu.as_mut().filter(|g| !g.joined && !g.captured && !g.waits.is_empty()) else { return };
+        let left = |g: &&mut Box<OnGpu>| !g.joined && !g.captured && (!g.waits.is_empty() || g.ticket.is_some());
+        let Some(g) = self.gpu.as_mut().filter(left) else { return };
         // the call's stream then ends after every channel's, as the watch expects
         let raw = g.call.stream.raw();
         for &s in g.streams.iter().filter(|&&s| s != raw) {
@@ -126,7 +142,7 @@ impl<T: Reduce, O: ReduceOp<T>> Drop for Exec<T, O> {
         }
         crate::gpu::watch::watch(crate::gpu::watch::InFlight {
             stream: g.call.stream.clone(),
-            flags: std::mem::take(&mut g.waits),
+            flags: g.releases(),
             marks: std::mem::take(&mut g.marks),
             alive: Box::new(|| Ok(())),
             deadline: std::time::Instant::now(),
@@ -261,12 +277,41 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             None => (vec![T::zeroed(); sched.scratch], None),
             Some(call) => {
                 let captured = call.dev.capturing(call.stream.raw())?;
-                let (scratch, streams) =
-                    conns.dev_prepare(&call, sched.scratch * size, sched.channels.len(), captured)?;
+                let proxied = conns.proxy.on || call.proxy || conns.any_socket_of(&wiring.uses);
+                if captured && proxied {
+                    return Err(Error::device(
+                        "a device call over a connection staged through the host (tcp) cannot be captured into a \
+                         graph: its bytes need the host at every run (capture calls among ranks of one host, or \
+                         make this one eagerly); nor can any device call on a communicator whose device calls go \
+                         through its proxy thread (after one over tcp, or with CCL_GPU_PROXY=1)",
+                    ));
+                }
+                let bytes = sched.scratch * size;
+                let (scratch, streams, ticket) = if proxied {
+                    let (scratch, t) = conns.dev_proxied(&call, bytes)?;
+                    (scratch, SmallVec::new(), Some(t))
+                } else {
+                    let (scratch, streams) = conns.dev_prepare(&call, bytes, sched.channels.len(), captured)?;
+                    (scratch, streams, None)
+                };
                 let (told, heard, joined, peers) = (SmallVec::new(), SmallVec::new(), false, SmallVec::new());
-                let (waits, marks) = (Vec::new(), Vec::new());
-                let rank = conns.me();
-                let g = OnGpu { call: *call, scratch, streams, joined, captured, waits, peers, marks, told, heard, rank };
+                let (waits, marks, rank) = (Vec::new(), Vec::new(), conns.me());
+                let stage = smallvec::smallvec![None; sched.channels.len()];
+                let g = OnGpu {
+                    call: *call,
+                    scratch,
+                    streams,
+                    joined,
+                    captured,
+                    waits,
+                    peers,
+                    marks,
+                    told,
+                    heard,
+                    rank,
+                    ticket,
+                    stage,
+                };
                 (Vec::new(), Some(Box::new(g)))
             }
         };
@@ -343,6 +388,12 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         true
     }
 
+    /// The stream of a device call that the communicator's proxy thread
+    /// must finish after it returns; `None` for the others.
+    pub fn proxied(&self) -> Option<&crate::gpu::Stream> {
+        self.gpu.as_ref().filter(|g| g.ticket.is_some()).map(|g| &g.call.stream)
+    }
+
     /// Whether every channel has finished and every byte sent from the
     /// call's buffers has left them.
     pub fn done(&self) -> bool {
@@ -359,6 +410,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// could wait on each other), joined back into the call's stream once
     /// all are queued.
     pub fn advance(&mut self, conns: &mut Conns) -> Result<bool> {
+        if !self.gpu_started(conns)? {
+            return Ok(false);
+        }
         let mut moved = false;
         for c in 0..self.pcs.len() {
             while self.step(c, conns)? {
@@ -379,17 +433,11 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         }
     }
 
-    /// Applies the operator's finishing pass (Avg's division) to the output.
+    /// Applies the operator's finishing pass (Avg's division) to the output
+    /// (a device call queues it with its last work: [`DevCall::finish`]).
     pub fn finish(&mut self, nranks: usize) -> Result<()> {
         let out = self.layout.resolve(Region::new(Buf::Output, 0, self.layout.output));
-        if let Some(g) = &self.gpu {
-            let (k, dev, stream) = (&g.call.kernels, &g.call.dev, g.call.stream.raw());
-            if k.div.is_some() && out.len > 0 {
-                let l = crate::gpu::Launch::Div { buf: self.dptr(out), ranks: nranks, n: out.len };
-                // SAFETY: a validated region of the output buffer, which the
-                // caller keeps until the stream has passed the call.
-                unsafe { dev.launch(stream, k, l)? };
-            }
+        if self.gpu.is_some() {
             return Ok(());
         }
         // SAFETY: validated region of the output buffer; no slot or other

@@ -2,8 +2,10 @@
 //! slots (the hello, see [`device`](super::device)), the one message per
 //! call and connection that checks the calls match, and queueing each
 //! slot of a step as copies, kernels and flag operations on the call's
-//! stream. Nothing here waits for the GPU but a staged (tcp) connection,
-//! whose bytes must reach the host.
+//! stream. Nothing here waits for the GPU: a staged (tcp) connection,
+//! whose bytes must pass through the host, holds its host slots until the
+//! stream has copied them, and the proxy thread (see
+//! [`Proxy`](super::conns::Proxy)) drives such calls after they return.
 
 use super::{device, Conns, Exec};
 use crate::algo::{Region, Step};
@@ -11,6 +13,17 @@ use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 use crate::plan::fingerprint;
 use crate::Reduce;
+
+/// A channel's slot whose copies through host slots are queued: the
+/// staged connections it posts on and releases once they have run, the
+/// bytes it sends, and where the channel goes next.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Staged {
+    si: Option<usize>,
+    ri: Option<usize>,
+    bytes: usize,
+    next: (usize, usize),
+}
 
 /// A device step's slots: the host slots claimed (staged connections) and
 /// the connections.
@@ -114,21 +127,54 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         Ok(true)
     }
 
-    /// Makes the call's stream wait for every channel's, once all are
-    /// queued, and hands the call to the GPU watch ([`crate::gpu::watch`])
-    /// if its streams wait on peers.
-    pub(super) fn gpu_join(&mut self, conns: &Conns) -> Result<()> {
+    /// Takes a proxied call's channel streams when its turn comes (see
+    /// [`Proxy`](super::conns::Proxy)); `false` until then.
+    pub(super) fn gpu_started(&mut self, conns: &mut Conns) -> Result<bool> {
+        let n = self.pcs.len();
+        let Some(g) = self.gpu.as_mut().filter(|g| g.streams.is_empty()) else { return Ok(true) };
+        let Some(t) = g.ticket else { return Ok(true) };
+        match conns.dev_channels(&g.call, n, t)? {
+            Some(streams) => g.streams = streams,
+            None => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Whether a channel waits for its stream to copy through a host slot.
+    pub(super) fn gpu_pending(&self) -> bool {
+        self.gpu.as_ref().is_some_and(|g| g.stage.iter().any(Option::is_some))
+    }
+
+    /// Ends the call's device work once every channel is queued: the
+    /// channels' streams join the one the call ends on (its caller's, or
+    /// a proxied call's first channel's, which then says the call is
+    /// done), after which Avg's division runs; then hands the call to the
+    /// GPU watch ([`crate::gpu::watch`]) if its streams wait on peers.
+    pub(super) fn gpu_join(&mut self, conns: &mut Conns) -> Result<()> {
         let what = format!("{} at rank {}", fingerprint::Fingerprint::describe(&self.fp), conns.me());
+        let out = self.layout.resolve(Region::new(crate::algo::Buf::Output, 0, self.layout.output));
+        let buf = self.dptr(out);
         let Some(g) = self.gpu.as_mut() else { return Ok(()) };
-        let raw = g.call.stream.raw();
-        for &s in g.streams.iter().filter(|&&s| s != raw) {
-            g.call.dev.join(raw, s)?;
+        let (dev, k) = (&g.call.dev, &g.call.kernels);
+        let end = if g.ticket.is_some() { g.streams.first().copied().unwrap_or(0) } else { g.call.stream.raw() };
+        for &s in g.streams.iter().filter(|&&s| s != end) {
+            dev.join(end, s)?;
+        }
+        if let Some(ranks) = g.call.finish.filter(|_| k.div.is_some() && out.len > 0) {
+            // SAFETY: a validated region of the output buffer, which the
+            // caller keeps until the stream has passed the call.
+            unsafe { dev.launch(end, k, crate::gpu::Launch::Div { buf, ranks, n: out.len })? };
+        }
+        if let Some(t) = g.ticket {
+            // SAFETY: the communicator's proxy word, kept while calls use it.
+            unsafe { dev.write_value(end, t.done, t.n)? };
+            conns.proxy.queued = t.n;
         }
         g.joined = true;
         if !g.waits.is_empty() && !g.captured {
             crate::gpu::watch::watch(crate::gpu::watch::InFlight {
                 stream: g.call.stream.clone(),
-                flags: std::mem::take(&mut g.waits),
+                flags: g.releases(),
                 marks: std::mem::take(&mut g.marks),
                 alive: conns.liveness(g.peers.to_vec()),
                 deadline: std::time::Instant::now() + g.call.timeout,
@@ -140,6 +186,26 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         Ok(())
     }
 
+    /// Ends channel `c`'s slot whose copies through host slots were
+    /// queued, once its stream has run them: the outgoing host slot is
+    /// posted, the incoming one released. `None` when none is queued.
+    fn gpu_unstage(&mut self, c: usize, conns: &mut Conns) -> Result<Option<bool>> {
+        let Some(g) = self.gpu.as_mut() else { return Ok(None) };
+        let Some(p) = g.stage.get(c).copied().flatten() else { return Ok(None) };
+        if !g.call.dev.idle(g.streams.get(c).copied().unwrap_or(0))? {
+            return Ok(Some(false));
+        }
+        g.stage[c] = None;
+        if let Some(si) = p.si {
+            conns.send_at(si).post(p.bytes, &self.fp);
+        }
+        if let Some(ri) = p.ri {
+            conns.recv_at(ri).release();
+        }
+        self.pcs[c] = p.next;
+        Ok(Some(true))
+    }
+
     /// Queues one slot (or one local step) of channel `c`, at step `st`
     /// over connections `links`, on the call's stream.
     pub(super) fn gpu_slot(
@@ -149,6 +215,9 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         (si, ri): (Option<usize>, Option<usize>),
         conns: &mut Conns,
     ) -> Result<bool> {
+        if let Some(moved) = self.gpu_unstage(c, conns)? {
+            return Ok(moved);
+        }
         if !self.gpu_open(si, ri, &st, conns)? || !self.gpu_greet(&st, (si, ri), conns)? {
             return Ok(false);
         }
@@ -159,13 +228,6 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         let staged_in = ri.filter(|&ri| conns.dev_recv(ri).as_ref().is_some_and(|d| d.flag().is_none()));
         let staged_out = si.filter(|&si| conns.dev_send(si).as_ref().is_some_and(|d| d.staged));
         let staged = staged_in.or(staged_out).is_some();
-        if staged && self.gpu.as_ref().is_some_and(|g| g.captured) {
-            return Err(Error::device(
-                "a device call over a connection staged through the host (tcp) cannot be captured into a graph: its \
-                 bytes need the host at every run (capture calls among ranks of one host, or make this one eagerly)",
-            )
-            .with_peer(st.recv_peer().or(st.send_peer()).unwrap_or(0)));
-        }
         if staged && n * size > conns.slot_bytes() {
             return Err(Error::transport(format!(
                 "a device message of {} B over a socket whose slots hold {} B: a job on one host whose ranks \
@@ -207,22 +269,21 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         };
         let stream = self.gpu.as_ref().and_then(|g| g.streams.get(c).copied()).unwrap_or(0);
         self.gpu_step(st, src, dst, elems, Io { stream, host_in, host_out, si, ri }, conns)?;
-        if let Some(si) = staged_out {
-            conns.send_at(si).post(n * size, &self.fp);
-        }
-        if let Some(ri) = staged_in {
-            conns.recv_at(ri).release();
-        }
         let slots = len.div_ceil(se).max(1);
-        self.pcs[c] = if st.is_local() || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
+        let next = if st.is_local() || u + 1 >= slots { (i + 1, 0) } else { (i, u + 1) };
+        match self.gpu.as_mut() {
+            // the host slots stay claimed until the stream has copied them
+            Some(g) if staged => g.stage[c] = Some(Staged { si: staged_out, ri: staged_in, bytes: n * size, next }),
+            _ => self.pcs[c] = next,
+        }
         Ok(true)
     }
 
     /// One slot of a device step, queued on the call's stream: the waits
     /// for the incoming message and for a free outgoing slot, the copy or
     /// kernel, and the flags that say both are done. A staged side copies
-    /// through its host slot and synchronises the stream, before the slot
-    /// goes back to the transport.
+    /// through its host slot, which goes back to the transport once the
+    /// stream has run the copy ([`gpu_unstage`](Self::gpu_unstage)).
     fn gpu_step(
         &mut self,
         st: Step,
@@ -326,9 +387,6 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             if let Some(f) = flag_out {
                 dev.write_value(stream, f, device::FULL)?;
             }
-        }
-        if io.host_in.is_some() || io.host_out.is_some() {
-            dev.sync(stream)?;
         }
         if let Some(si) = io.si {
             conns.dev_send(si).as_mut().ok_or_else(missing)?.count += 1;

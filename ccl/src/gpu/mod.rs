@@ -30,14 +30,20 @@
 //!   synchronisation of the stream: a peer lost while the GPU waits on
 //!   it (a thread of ccl's watches every call in flight and releases its
 //!   waits, so the stream ends, with wrong data, rather than hang; also
-//!   after `CCL_TIMEOUT`), or, on the emulator, a flag that never came.
+//!   after `CCL_TIMEOUT`), any failure of a call the proxy thread
+//!   finishes (below), or, on the emulator, a flag that never came.
 //!
 //! A call queued while its stream is being captured (a CUDA graph: see
 //! [`Graph`]) is recorded, and runs anew at each launch of the graph.
 //!
-//! Calls over a staged (tcp) connection are the exception for now: their
-//! bytes must reach the host, so the call synchronises the stream at each
-//! of that connection's slots and returns when its last one has gone.
+//! Calls over a staged (tcp) connection return as soon, though their bytes
+//! must pass through the host: such a call queues on the caller's stream
+//! only "the call starts here" and "wait until it is done" (two words the
+//! streams write and await), and the communicator's proxy thread queues
+//! its work on the channels' streams as the peers' messages come, posting
+//! each host slot once its stream has copied it. Every later device call
+//! of that communicator goes through the proxy too, in order; such calls
+//! cannot be captured into a graph.
 //!
 //! # How bytes move
 //!
@@ -51,9 +57,10 @@
 //! maps the sender's slots and flags through CUDA
 //! IPC (once per connection; several ranks may share one GPU); threads of
 //! one process share the pointer. Across hosts (the tcp transport) slots
-//! are staged through host memory: the sender copies its device slot into
-//! the socket's staging slot, the receiver copies it into a device slot,
-//! and the kernels reduce there.
+//! are staged through host memory: the sender's stream copies its device
+//! slot into the socket's staging slot, which the proxy posts once the
+//! stream has run the copy; the receiver's stream copies it into a device
+//! slot, and the kernels reduce there.
 //!
 //! # Without a GPU
 //!
@@ -151,7 +158,8 @@ fn no_peer_access(dev: &dyn Device, owner: &dyn Device) -> crate::error::Error {
 /// `cuStreamWaitValue64` can test it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Until {
-    /// At least this value (`CU_STREAM_WAIT_VALUE_GEQ`).
+    /// At least this value, as `CU_STREAM_WAIT_VALUE_GEQ` compares: the
+    /// difference taken as signed (so counts may wrap).
     AtLeast(u64),
     /// Some bit of this mask set (`CU_STREAM_WAIT_VALUE_AND`).
     SomeSet(u64),
@@ -163,7 +171,7 @@ impl Until {
     /// Whether `word` meets it.
     pub fn met(self, word: u64) -> bool {
         match self {
-            Until::AtLeast(v) => word >= v,
+            Until::AtLeast(v) => word.wrapping_sub(v) as i64 >= 0,
             Until::SomeSet(m) => word & m != 0,
             Until::SomeClear(m) => word & m != m,
         }

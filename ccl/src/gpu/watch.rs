@@ -38,8 +38,9 @@ const EVERY: Duration = Duration::from_millis(10);
 pub(crate) struct InFlight {
     /// The stream the call ends on.
     pub stream: Stream,
-    /// The device addresses of the flags its streams wait on.
-    pub flags: Vec<u64>,
+    /// The device addresses of the flags its streams wait on, each with
+    /// the value that releases it.
+    pub flags: Vec<(u64, u64)>,
     /// The poison marks of the connections it used, and the peer of each.
     pub marks: Vec<(u64, usize)>,
     /// `Ok` while the peers it waits on are alive.
@@ -91,8 +92,7 @@ impl Watch {
         calls.retain_mut(|c| {
             let dev = Arc::clone(c.stream.dev());
             let fail = |c: &InFlight, why: String| {
-                let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-                failed.push((dev.context(), c.stream.raw(), Error::device(format!("{}: {why}", c.what))));
+                record(&self.failed, &c.stream, || Error::device(format!("{}: {why}", c.what)))
             };
             match c.stream.query() {
                 Ok(false) => {}
@@ -129,11 +129,12 @@ impl Watch {
                     let _ = unsafe { dev.write_word(m, POISONED) };
                 }
             }
-            for &f in &c.flags {
-                // SAFETY: a flag word of a connection's slot memory, kept
-                // mapped while calls use it; the communicator is failed
-                // from now on, so what its flags hold no longer matters.
-                let _ = unsafe { dev.write_word(f, RELEASED) };
+            for &(f, v) in &c.flags {
+                // SAFETY: a flag word of a connection's slot memory (or of
+                // the communicator's proxy words), kept mapped while calls
+                // use it; the communicator is failed from now on, so what
+                // its flags hold no longer matters.
+                let _ = unsafe { dev.write_word(f, v) };
             }
             true
         });
@@ -145,6 +146,24 @@ pub(crate) fn watch(call: InFlight) {
     let w = the_watch();
     w.calls.lock().unwrap_or_else(|e| e.into_inner()).push(call);
     w.handed.notify_one();
+}
+
+/// Records that a call ordered on `stream` failed on the host (a call
+/// the communicator's proxy finishes after it returned): the next
+/// synchronisation of the stream reports `err`, unless an earlier failure
+/// of the stream is still unreported.
+pub(crate) fn report(stream: &Stream, err: Error) {
+    record(&the_watch().failed, stream, || err);
+}
+
+/// Notes why `stream`'s work failed, unless a failure of it is noted and
+/// not yet reported (one call's failure, seen twice, is reported once).
+fn record(failed: &Mutex<Vec<(u64, u64, Error)>>, stream: &Stream, err: impl FnOnce() -> Error) {
+    let mut failed = failed.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (stream.dev().context(), stream.raw());
+    if !failed.iter().any(|(c, s, _)| (*c, *s) == key) {
+        failed.push((key.0, key.1, err()));
+    }
 }
 
 /// Why work on `stream` was released, or ran on released data, once (see

@@ -235,7 +235,8 @@ impl Planner {
                 let (dev, stream, kernels) = (Arc::clone(s.dev()), s.clone(), Kernels::of::<T, O>()?);
                 let slots = on.config.device_slots_on(on.hosts, dev.memory());
                 let timeout = call.timeout.unwrap_or(on.config.timeout);
-                Some(Box::new(DevCall { dev, stream, kernels, slots, timeout }))
+                let proxy = on.config.gpu_proxy;
+                Some(Box::new(DevCall { dev, stream, kernels, slots, timeout, finish: finish_ranks, proxy }))
             }
             None => None,
         };

@@ -198,3 +198,30 @@ pub fn graphs_on(g: &Group, gpu: &Gpu, seed: u64) -> Check {
     }
     g.barrier().map_err(err)
 }
+
+/// Enqueue and return on an emulated GPU: rank 0's GPU runs nothing until
+/// its all-reduce (several slots long, on fresh random data) has returned,
+/// so a call that waited for the GPU would never return; then the result
+/// is checked. Over tcp, this is the proxy thread's work.
+pub fn returns_early(g: &Group, gpu: &Gpu, seed: u64) -> Check {
+    let n = 3 * 4096 + 17;
+    let stream = gpu.stream().map_err(err)?;
+    let inputs: Vec<Vec<f32>> = (0..g.size()).map(|r| input(seed, 1, r, n, true)).collect();
+    let mut d = gpu.upload(&inputs[g.rank()], &stream).map_err(err)?;
+    stream.synchronize().map_err(err)?;
+    let pause = |paused| gpu.emulate(ccl::gpu::Emulation { paused, ..Default::default() }).map_err(err);
+    if g.rank() == 0 {
+        pause(true)?;
+    }
+    let call = g.typed::<f32>().all_reduce(&mut d, Sum);
+    let busy = !stream.query().map_err(err)?;
+    if g.rank() == 0 {
+        pause(false)?;
+    }
+    call.map_err(err)?;
+    if g.rank() == 0 && !busy {
+        return Err("rank 0's all_reduce returned after its paused GPU had run it".into());
+    }
+    compare("all_reduce", &d.to_vec().map_err(err)?, &reference::<f32, Sum>(&inputs), g.size())?;
+    g.barrier().map_err(err)
+}

@@ -4,7 +4,8 @@
 //! GPU (host memory that other processes map by IPC handle, as CUDA IPC
 //! maps device memory). Rank 0 draws the seed and broadcasts it
 //! (or takes CCL_TEST_SEED). With `--graphs`, collectives captured into a
-//! CUDA graph and replayed instead. Used by integration/gpu/check.sh on a
+//! CUDA graph and replayed instead; with `--returns-early` (emulated
+//! only), one all-reduce while rank 0's GPU is paused. Used by integration/gpu/check.sh on a
 //! GPU machine and by integration/tests/gpu.rs here.
 
 #[path = "../../../ccl/tests/common/mod.rs"]
@@ -24,9 +25,15 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let graphs = std::env::args().any(|a| a == "--graphs");
-    let run = if graphs { common::gpu_matrix::graphs_on } else { common::gpu_matrix::everything_on };
-    let what = if graphs { "graph replays correct" } else { "all device collectives correct" };
+    let has = |flag: &str| std::env::args().any(|a| a == flag);
+    type Run = fn(&ccl::Group, &Gpu, u64) -> Result<(), String>;
+    let (run, what): (Run, _) = if has("--graphs") {
+        (common::gpu_matrix::graphs_on, "graph replays correct")
+    } else if has("--returns-early") {
+        (common::gpu_matrix::returns_early, "returned before its GPU ran the call")
+    } else {
+        (common::gpu_matrix::everything_on, "all device collectives correct")
+    };
     match run(&g, &gpu, seed) {
         Ok(()) => println!("rank {} of {} on {}: {what}", g.rank(), g.size(), gpu.describe()),
         Err(e) => {
