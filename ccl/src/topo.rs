@@ -45,6 +45,18 @@ impl Hosts {
         self.host_of.get(rank).copied().unwrap_or(0)
     }
 
+    /// How many ranks each host has, hosts in order of first appearance.
+    pub fn sizes(&self) -> Vec<usize> {
+        let mut sizes = Vec::new();
+        for &h in &self.host_of {
+            if h >= sizes.len() {
+                sizes.resize(h + 1, 0);
+            }
+            sizes[h] += 1;
+        }
+        sizes
+    }
+
     /// Ranks of each host, ascending, hosts in order of first appearance.
     pub fn groups(&self) -> Vec<Vec<usize>> {
         let nh = self.host_of.iter().max().map_or(0, |m| m + 1);

@@ -62,6 +62,28 @@ fn ccl_plot_draws_one_line_per_series_from_stdin() {
 }
 
 #[test]
+fn ccl_sim_weighs_every_algorithm_at_4096_ranks_and_refuses_a_zero_rate() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies");
+    let topo = dir.join("h100-8x8-ib.toml").to_string_lossy().into_owned();
+    let out = run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo, "--hosts", "512", "-b", "8", "-e", "1G", "-f", "8"]);
+    let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 10, "{out}");
+    assert!(!rows.iter().any(|r| r.contains("skip")), "every algorithm at every size: {out}");
+    assert!(out.contains("by the closed-form model"), "{out}");
+    // a large call keeps every link of a host busy: the hierarchical ring
+    assert_eq!(rows[9].split_whitespace().rev().nth(1), Some("ring-ring"), "{out}");
+    // a rate that is not above 0 is an error naming its key
+    let h100 = std::fs::read_to_string(&topo).expect("h100 topology");
+    let wrong = std::env::temp_dir().join(format!("ccl-sim-zero-{}.toml", std::process::id()));
+    std::fs::write(&wrong, h100.replacen("copy_gb_s = 2500.0", "copy_gb_s = 0.0", 1)).expect("write topology");
+    let out = Command::new(env!("CARGO_BIN_EXE_ccl-sim")).arg(&wrong).output().expect("ccl-sim");
+    let _ = std::fs::remove_file(&wrong);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("[rank] copy_gb_s = 0: must be above 0"), "{err}");
+}
+
+#[test]
 fn ccl_sim_reads_every_shipped_topology() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies");
     let mut seen = 0;

@@ -28,8 +28,10 @@
 //! The tuner picks the algorithm with the least predicted time; `ccl-sim`
 //! prints the predictions for a described cluster.
 
+mod closed;
 mod run;
 
+pub use closed::estimate;
 pub use run::simulate;
 #[cfg(feature = "internals")]
 pub use run::{Prediction, MAX_STEPS};
@@ -153,6 +155,66 @@ impl Model {
         cached: 3.0,
         shared_cached: 1.9,
     };
+
+    /// The shipped 8 x 8 H100 topology (`ccl/topologies/h100-8x8-ib.toml`),
+    /// for the closed form's tests and the tuner's benchmark.
+    #[doc(hidden)]
+    #[cfg(any(test, feature = "internals"))]
+    pub const H100: Model = Model {
+        intra: Link { latency: 3e-6, bandwidth: 360e9 },
+        first_slot: 0.0,
+        first_max: 0,
+        inter: Link { latency: 6e-6, bandwidth: 50e9 },
+        nics: 8,
+        bucket: None,
+        copy: 2500e9,
+        reduce: 1250e9,
+        step: 1e-6,
+        call: 0.0,
+        cores: 0,
+        switch: 0.0,
+        cache: 0.0,
+        cached: 1.0,
+        shared_cached: 1.0,
+    };
+
+    /// `Err` naming the topology key of a parameter that would make a term
+    /// of either model meaningless: a rate that is not above 0, a latency
+    /// or time below 0, or any that is not finite.
+    pub fn check(&self) -> Result<(), String> {
+        let rates = [
+            ("[intra] bandwidth_gb_s", self.intra.bandwidth),
+            ("[inter] bandwidth_gb_s", self.inter.bandwidth),
+            ("[rank] copy_gb_s", self.copy),
+            ("[rank] reduce_gb_s", self.reduce),
+        ];
+        let times = [
+            ("[intra] latency_us", self.intra.latency),
+            ("[inter] latency_us", self.inter.latency),
+            ("[rank] step_us", self.step),
+            ("[rank] call_us", self.call),
+            ("[rank] switch_us", self.switch),
+            ("[intra] first_slot_gb_s", self.first_slot),
+            ("[rank] cache_mib", self.cache),
+        ];
+        let speedups = [("[rank] cached_speedup", self.cached), ("[rank] shared_cached_speedup", self.shared_cached)];
+        for (key, v) in rates.into_iter().chain(speedups) {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{key} = {v}: must be above 0"));
+            }
+        }
+        for (key, v) in times {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{key} = {v}: must be 0 or more"));
+            }
+        }
+        if let Some(b) = self.bucket {
+            if !(b.peak.is_finite() && b.peak > 0.0 && b.burst.is_finite() && b.burst >= 0.0) {
+                return Err(format!("[inter] token bucket (peak {}, burst {}): must be above 0", b.peak, b.burst));
+            }
+        }
+        Ok(())
+    }
 
     /// This model with `cores` cores per host.
     pub fn with_cores(self, cores: usize) -> Model {

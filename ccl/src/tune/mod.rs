@@ -3,7 +3,8 @@
 //! The cost model decides: for the first call of each collective, element
 //! size and size class (a power of two of bytes), every algorithm that
 //! implements the collective is timed by the simulator ([`crate::sim`]) on
-//! this communicator's hosts, under the job's model (its network link
+//! this communicator's hosts (by the closed-form model above
+//! [`SIM_RANKS`] ranks), under the job's model (its network link
 //! measured at start-up when there are several hosts), and the fastest is
 //! kept for every later call of that class, in place or not. It times the
 //! calls out of place: in place, where a rank's reductions and copies find
@@ -24,7 +25,7 @@ pub use rules::Rules;
 
 use crate::algo::{Algo, Coll};
 use crate::config::{Config, LogLevel};
-use crate::sim::{simulate, Call, Model};
+use crate::sim::{estimate, simulate, Call, Model};
 use crate::topo::Hosts;
 use crate::transport::Geometry;
 use rustc_hash::FxHashMap as HashMap;
@@ -273,15 +274,26 @@ pub fn predictions(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)
     predictions_among(call, &candidates(call.coll, None), hosts, model)
 }
 
+/// Ranks up to which the tuner times calls with the simulator; above, with
+/// the closed-form model ([`crate::sim::estimate`]), whose cost does not
+/// grow with the ranks, where the simulator's grows with ranks × steps
+/// (seconds per size class at thousands of ranks, and flat rings too long
+/// to time at all).
+pub const SIM_RANKS: usize = 64;
+
 /// [`predictions`] among `algos`; [`Algo::Direct`] on shared buffers.
 fn predictions_among(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
     let fewest = call.count / SIM_PIECES;
     let call = Call { chunk: call.chunk.max(fewest), ..*call };
     let on_shared = Call { chunk: shared_block(call.elem).max(fewest), ..call };
+    let closed = hosts.nranks() > SIM_RANKS;
     let mut times: Vec<(Algo, f64)> = algos
         .iter()
         .filter_map(|&a| {
             let c = if a == Algo::Direct && call.coll.on_shared(call.in_place) { &on_shared } else { &call };
+            if closed {
+                return estimate(c, a, hosts, model).ok().map(|t| (a, t));
+            }
             simulate(c, a, hosts, model).ok().map(|p| (a, p.seconds))
         })
         .collect();
@@ -312,7 +324,7 @@ pub fn ranked(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
 
 /// Sorts `times` fastest first, then moves to the front the algorithm
 /// listed first in `listed` among those within [`TIE`] of the fastest.
-fn pick_first(listed: &[Algo], times: &mut Vec<(Algo, f64)>) {
+pub fn pick_first(listed: &[Algo], times: &mut Vec<(Algo, f64)>) {
     times.sort_by(|a, b| a.1.total_cmp(&b.1));
     let Some(&(_, fastest)) = times.first() else { return };
     let order = |a: Algo| listed.iter().position(|&x| x == a).unwrap_or(usize::MAX);

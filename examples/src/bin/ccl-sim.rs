@@ -92,6 +92,13 @@ struct Args {
     /// place, as the tuner times them
     #[arg(long)]
     shared: bool,
+    /// Predict with the closed-form cost model instead of the simulator
+    #[arg(long)]
+    closed: bool,
+    /// Print, per algorithm, the closed form's time over the simulator's,
+    /// and whether the two pick the same algorithm
+    #[arg(long)]
+    compare: bool,
 }
 
 /// `[intra]`: between ranks of one host. Unknown keys are errors, so a
@@ -218,6 +225,7 @@ fn run(a: &Args) -> Result<(), String> {
         cached: t.rank.cached_speedup,
         shared_cached: t.rank.shared_cached_speedup,
     };
+    model.check().map_err(|e| format!("{}: {e}", a.topology.display()))?;
     let hosts = Hosts::blocks(&vec![per; nh]);
     let n = nh * per;
     let elem = a.elem.max(1);
@@ -259,9 +267,16 @@ fn run(a: &Args) -> Result<(), String> {
     );
     outln!(
         o,
-        "# predicted {} per algorithm (skip: over {} steps, not considered); pick: the tuner's choice (from the \
-         out-of-place times, in place too) and its time",
+        "# predicted {} per algorithm by {} (skip: over {} steps, not considered); pick: the tuner's choice (from \
+         the out-of-place times, in place too) and its time",
         if a.times { "time per call (us)" } else { "busbw (GB/s)" },
+        if a.compare {
+            "the closed form over the simulator (time ratio)"
+        } else if a.closed || n > ccl::tune::SIM_RANKS {
+            "the closed-form model"
+        } else {
+            "the simulator"
+        },
         ccl::sim::MAX_STEPS
     );
     out!(o, "# {:>12} {:>12}", "size (B)", "count");
@@ -271,6 +286,7 @@ fn run(a: &Args) -> Result<(), String> {
     outln!(o, " {:>10} {:>12}", "pick", "time (us)");
     let (mut size, max) = (parse_bytes(&a.min)?.max(elem), parse_bytes(&a.max)?);
     let started = std::time::Instant::now();
+    let (mut compared, mut picks) = (Vec::new(), Vec::new());
     let mut lines: Vec<ccl_examples::plot::Series> =
         algos.iter().map(|al| ccl_examples::plot::Series { name: al.name().into(), points: Vec::new() }).collect();
     while size <= max {
@@ -283,11 +299,41 @@ fn run(a: &Args) -> Result<(), String> {
         };
         let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
         let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot, in_place: a.in_place };
-        let times = if a.shared {
+        let times = if a.closed || a.compare {
+            closed_predictions(&call, &algos, &hosts, &model)
+        } else if a.shared {
             ranked_on_shared(&call, a.in_place, &hosts, &model)
         } else {
             predictions(&call, &hosts, &model)
         };
+        if a.compare {
+            let sim = predictions(&call, &hosts, &model);
+            out!(o, "  {size:>12} {count:>12}");
+            for al in &algos {
+                let c = times.iter().find(|t| t.0 == *al).map(|t| t.1);
+                match (c, sim.iter().find(|t| t.0 == *al).map(|t| t.1)) {
+                    (Some(c), Some(s)) => {
+                        let r = c / s;
+                        compared.push(r);
+                        out!(o, " {r:>10.2}")
+                    }
+                    _ => out!(o, " {:>10}", "-"),
+                }
+            }
+            let same = times.first().map(|t| t.0) == sim.first().map(|t| t.0);
+            picks.push(same);
+            outln!(
+                o,
+                " {:>10} {:>12}",
+                times.first().map_or("-", |t| t.0.name()),
+                if same { "same" } else { "DIFFERS" }
+            );
+            if a.factor < 2 {
+                break;
+            }
+            size = size.saturating_mul(a.factor);
+            continue;
+        }
         out!(o, "  {size:>12} {count:>12}");
         for (al, line) in algos.iter().zip(&mut lines) {
             match times.iter().find(|(x, _)| x == al) {
@@ -318,13 +364,37 @@ fn run(a: &Args) -> Result<(), String> {
         }
         size = size.saturating_mul(a.factor);
     }
-    outln!(o, "# simulated in {:.2} s", started.elapsed().as_secs_f64());
+    if a.compare {
+        let within = compared.iter().filter(|r| (0.9..=1.1).contains(*r)).count();
+        let same = picks.iter().filter(|&&s| s).count();
+        outln!(
+            o,
+            "# closed / simulated: {within} of {} within 10 %; the same pick at {same} of {} sizes",
+            compared.len(),
+            picks.len()
+        );
+    }
+    outln!(o, "# predicted in {:.3} s", started.elapsed().as_secs_f64());
     if let Some(path) = &a.plot {
         let title = format!("ccl-sim: {coll} on {n} ranks, {}", t.name);
         std::fs::write(path, ccl_examples::plot::svg(&title, &lines))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// Every algorithm's time by the closed-form model, fastest first (ties
+/// as the tuner breaks them).
+fn closed_predictions(
+    call: &Call,
+    algos: &[ccl::algo::Algo],
+    hosts: &ccl::topo::Hosts,
+    model: &ccl::sim::Model,
+) -> Vec<(ccl::algo::Algo, f64)> {
+    let mut v: Vec<_> =
+        algos.iter().filter_map(|&al| ccl::sim::estimate(call, al, hosts, model).ok().map(|t| (al, t))).collect();
+    ccl::tune::pick_first(algos, &mut v);
+    v
 }
 
 fn main() {
