@@ -96,7 +96,8 @@ struct Args {
     #[arg(long)]
     closed: bool,
     /// Print, per algorithm, the closed form's time over the simulator's,
-    /// and whether the two pick the same algorithm
+    /// and whether the two pick the same algorithm (up to 64 ranks, where
+    /// the tuner simulates)
     #[arg(long)]
     compare: bool,
 }
@@ -228,6 +229,9 @@ fn run(a: &Args) -> Result<(), String> {
     model.check().map_err(|e| format!("{}: {e}", a.topology.display()))?;
     let hosts = Hosts::blocks(&vec![per; nh]);
     let n = nh * per;
+    if a.compare && n > ccl::tune::SIM_RANKS {
+        return Err(format!("--compare: {n} ranks, where the simulator times up to {}", ccl::tune::SIM_RANKS));
+    }
     let elem = a.elem.max(1);
     // slots as the ranks of one of these hosts would cut them (0 cores: enough)
     let cpus = if t.rank.cores == 0 { per } else { t.rank.cores };
