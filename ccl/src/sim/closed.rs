@@ -276,7 +276,8 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let per_piece = (inner + fold) * intra.each + outer * across.each;
             (inner + fold) * intra.latency + outer * across.latency + q * per_piece
         }
-        (Coll::AllReduce, Algo::HalvingDoubling) | (Coll::ReduceScatter | Coll::AllGather, _) => {
+        (Coll::AllReduce, Algo::HalvingDoubling)
+        | (Coll::ReduceScatter | Coll::AllGather, Algo::RecursiveDoubling | Algo::HalvingDoubling) => {
             halving_doubling(call.coll, r, s_ch, call.chunk, multi, c)
         }
         (Coll::AllReduce, Algo::RingRing) => {
