@@ -417,10 +417,11 @@ fn tree(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f64 {
     // sends to both (down); in the other tree (all-reduce) it is a leaf,
     // which sends one piece up and takes one down, on the same thread
     let leaf = |kind| if trees > 1.0 { r.work(kind, b) * c } else { 0.0 };
+    let children = if n <= 2 { 1.0 } else { 2.0 };
     let node = |kind, other| {
         let intra = r.hop(kind, b, false, 1.0, c);
         let across = r.hop(kind, b, true, c, c);
-        let widen = |s: Stage| Stage { each: 2.0 * s.each + leaf(other), ..s };
+        let widen = |s: Stage| Stage { each: children * s.each + leaf(other), ..s };
         (widen(intra), widen(across))
     };
     // a host's head takes two child hosts' pieces up and its parent's down
@@ -434,7 +435,8 @@ fn tree(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f64 {
     let (up, up_each) = leg(Kind::ReduceSend, Kind::Copy, 2.0);
     let (down, down_each) = leg(Kind::CopySend, Kind::Copy, 2.0);
     let more = q.max(1.0);
-    let both = (up_each + down_each) / 2.0;
+    // every rank inner in one tree and a leaf in the other, both at once
+    let both = up_each + down_each;
     match coll {
         // up and down at once: every piece passes both ways through a node
         Coll::AllReduce => up + down + more * both.max(wire(3.0)),
