@@ -63,13 +63,7 @@ impl<'a> Rates<'a> {
     fn new(call: &Call, hosts: &Hosts, m: &'a Model, bw: f64) -> Self {
         let sizes = hosts.sizes();
         let per_host = sizes.iter().copied().max().unwrap_or(1).max(1);
-        let share = if m.cores > 0 { per_host as f64 / m.cores as f64 } else { 1.0 };
-        let data = (2 * per_host * call.count) as f64 * call.elem as f64;
-        let spills = m.cache > 0.0 && data > m.cache;
-        let fits = m.cache > 0.0 && !spills;
-        let gain = if share > 1.0 { m.shared_cached } else { m.cached };
-        let speed = if fits { gain.max(f64::MIN_POSITIVE) } else { 1.0 };
-        let fetch = if share > 1.0 && spills { m.intra.bandwidth.min(m.copy) } else { m.intra.bandwidth };
+        let on = m.on_host(per_host, (call.count * call.elem) as f64);
         Rates {
             m,
             n: hosts.nranks(),
@@ -77,10 +71,10 @@ impl<'a> Rates<'a> {
             per_host,
             elem: call.elem as f64,
             slot: (call.slot.max(1) * call.elem) as f64,
-            slow: share.max(1.0) / speed,
-            hot: if m.cache > 0.0 { speed / m.cached.max(speed) } else { 1.0 },
-            wake: if share > 1.0 { m.switch * (1.0 - 1.0 / share) } else { 0.0 },
-            fetch,
+            slow: on.slow,
+            hot: on.hot,
+            wake: on.wake,
+            fetch: on.fetch,
             bw,
             channels: call.channels.max(1) as f64,
         }

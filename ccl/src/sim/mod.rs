@@ -216,6 +216,31 @@ impl Model {
         Ok(())
     }
 
+    /// How a rank runs on a host of `ranks` ranks, each with `bytes` of
+    /// input and as much output: what the simulator applies to every
+    /// rank's steps and the closed form to a call's.
+    pub(crate) fn on_host(&self, ranks: usize, bytes: f64) -> OnHost {
+        let share = if self.cores > 0 { ranks as f64 / self.cores as f64 } else { 1.0 };
+        // every local rank's input and output
+        let spills = self.cache > 0.0 && 2.0 * ranks as f64 * bytes > self.cache;
+        // ranks time-sharing cores evict each other's data from the cores'
+        // own caches: only the shared cache's speed-up
+        let fits = self.cache > 0.0 && !spills;
+        let gain = if share > 1.0 { self.shared_cached } else { self.cached };
+        let speed = if fits { gain.max(f64::MIN_POSITIVE) } else { 1.0 };
+        OnHost {
+            slow: share.max(1.0) / speed,
+            call: self.call * share.max(1.0),
+            // a fused step's second pass always finds its data in the cache
+            hot: if self.cache > 0.0 { speed / self.cached.max(speed) } else { 1.0 },
+            wake: if share > 1.0 { self.switch * (1.0 - 1.0 / share) } else { 0.0 },
+            // a slot waiting for its receiver to get a core, while the call
+            // streams more data than the cache holds, is evicted meanwhile:
+            // the receiver fetches it from memory, at the speed of a copy
+            fetch: if share > 1.0 && spills { self.intra.bandwidth.min(self.copy) } else { self.intra.bandwidth },
+        }
+    }
+
     /// This model with `cores` cores per host.
     pub fn with_cores(self, cores: usize) -> Model {
         Model { cores, ..self }
@@ -225,6 +250,22 @@ impl Model {
     pub fn with_inter(self, inter: Link) -> Model {
         Model { inter, ..self }
     }
+}
+
+/// How a rank runs on its host ([`Model::on_host`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct OnHost {
+    /// How much slower its work runs for sharing cores, or faster for
+    /// data that stays in the cache.
+    pub slow: f64,
+    /// Seconds of its per-call work.
+    pub call: f64,
+    /// The share of a copy's time a copy out of the cache takes.
+    pub hot: f64,
+    /// Core time to get a core back for a message.
+    pub wake: f64,
+    /// Bytes per second it fetches from another core of its host.
+    pub fetch: f64,
 }
 
 impl std::fmt::Display for Link {

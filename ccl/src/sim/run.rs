@@ -313,27 +313,9 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
     let mut cpu = vec![model.call; n];
     let mut fetch = vec![model.intra.bandwidth; n];
     for g in &groups {
-        let share = if model.cores > 0 { g.len() as f64 / model.cores as f64 } else { 1.0 };
-        // every local rank's input and output
-        let data = (2 * g.len() * count) as f64 * elem_size as f64;
-        let spills = model.cache > 0.0 && data > model.cache;
-        // ranks time-sharing cores evict each other's data from the cores'
-        // own caches: only the shared cache's speed-up
-        let fits = model.cache > 0.0 && !spills;
-        let gain = if share > 1.0 { model.shared_cached } else { model.cached };
-        let speed = if fits { gain.max(f64::MIN_POSITIVE) } else { 1.0 };
+        let h = model.on_host(g.len(), (count * elem_size) as f64);
         for &r in g {
-            slow[r] = share.max(1.0) / speed;
-            cpu[r] = model.call * share.max(1.0);
-            // a fused step's second pass always finds its data in the cache
-            hot[r] = if model.cache > 0.0 { speed / model.cached.max(speed) } else { 1.0 };
-            wake[r] = if share > 1.0 { model.switch * (1.0 - 1.0 / share) } else { 0.0 };
-            // a slot waiting for its receiver to get a core, while the call
-            // streams more data than the cache holds, is evicted meanwhile:
-            // the receiver fetches it from memory, at the speed of a copy
-            if share > 1.0 && spills {
-                fetch[r] = fetch[r].min(model.copy);
-            }
+            (slow[r], cpu[r], hot[r], wake[r], fetch[r]) = (h.slow, h.call, h.hot, h.wake, h.fetch);
         }
     }
     let mut sim = Sim {
