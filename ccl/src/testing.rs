@@ -73,7 +73,7 @@ impl LocalJob {
                             let out = catch_unwind(AssertUnwindSafe(|| {
                                 let ep: Arc<dyn Transport> = Arc::new(fabric.endpoint(rank));
                                 let registry = Arc::new(Registry::new(vec![ep]).expect("one transport"));
-                                let local = self.hosts.groups().into_iter().find(|g| g.contains(&rank));
+                                let local = self.hosts.groups().iter().find(|g| g.contains(&rank));
                                 let machine = Machine::here(local.map_or(1, |g| g.len()));
                                 let (hosts, config) = (self.hosts.clone(), self.config.clone());
                                 let group = Group::new(rank, endpoints, hosts, config, registry, 0, machine)

@@ -9,12 +9,33 @@ use std::hash::Hash;
 pub struct Hosts {
     /// Host index (0..hosts, in order of first appearance) of each rank.
     host_of: Vec<usize>,
+    /// Ranks of each host, ascending (kept: every rank's schedule asks).
+    groups: Vec<Vec<usize>>,
+    /// The groups one after the other.
+    ring: Vec<usize>,
+    /// Each rank's place in `ring`.
+    pos: Vec<usize>,
 }
 
 impl Hosts {
+    /// Hosts of `host_of` (indices in order of first appearance).
+    fn new(host_of: Vec<usize>) -> Self {
+        let nh = host_of.iter().max().map_or(0, |m| m + 1);
+        let mut groups = vec![Vec::new(); nh];
+        for (r, &h) in host_of.iter().enumerate() {
+            groups[h].push(r);
+        }
+        let ring = groups.concat();
+        let mut pos = vec![0; ring.len()];
+        for (i, &r) in ring.iter().enumerate() {
+            pos[r] = i;
+        }
+        Hosts { host_of, groups, ring, pos }
+    }
+
     /// All `n` ranks on one host.
     pub fn flat(n: usize) -> Self {
-        Hosts { host_of: vec![0; n] }
+        Hosts::new(vec![0; n])
     }
 
     /// Groups ranks by any host identity (`ids[rank]`).
@@ -27,12 +48,12 @@ impl Hosts {
                 *index.entry(k.clone()).or_insert(next)
             })
             .collect();
-        Hosts { host_of }
+        Hosts::new(host_of)
     }
 
     /// `sizes[h]` consecutive ranks on host `h`.
     pub fn blocks(sizes: &[usize]) -> Self {
-        Hosts { host_of: sizes.iter().enumerate().flat_map(|(h, &s)| std::iter::repeat_n(h, s)).collect() }
+        Hosts::new(sizes.iter().enumerate().flat_map(|(h, &s)| std::iter::repeat_n(h, s)).collect())
     }
 
     /// Number of ranks.
@@ -47,30 +68,29 @@ impl Hosts {
 
     /// How many ranks each host has, hosts in order of first appearance.
     pub fn sizes(&self) -> Vec<usize> {
-        let mut sizes = Vec::new();
-        for &h in &self.host_of {
-            if h >= sizes.len() {
-                sizes.resize(h + 1, 0);
-            }
-            sizes[h] += 1;
-        }
-        sizes
+        self.groups.iter().map(Vec::len).collect()
     }
 
     /// Ranks of each host, ascending, hosts in order of first appearance.
-    pub fn groups(&self) -> Vec<Vec<usize>> {
-        let nh = self.host_of.iter().max().map_or(0, |m| m + 1);
-        let mut g = vec![Vec::new(); nh];
-        for (r, &h) in self.host_of.iter().enumerate() {
-            g[h].push(r);
-        }
-        g
+    pub fn groups(&self) -> &[Vec<usize>] {
+        &self.groups
     }
 
     /// The ring order: host by host, ranks ascending within a host, so the
     /// ring crosses each host boundary once.
-    pub fn ring(&self) -> Vec<usize> {
-        self.groups().concat()
+    pub fn ring(&self) -> &[usize] {
+        &self.ring
+    }
+
+    /// `rank`'s place in the [`ring`](Self::ring).
+    pub fn ring_pos(&self, rank: usize) -> usize {
+        self.pos.get(rank).copied().unwrap_or(0)
+    }
+
+    /// `rank`'s place on its host: its index among the host's ranks.
+    pub fn local(&self, rank: usize) -> usize {
+        let g = &self.groups[self.host_of(rank).min(self.groups.len().saturating_sub(1))];
+        g.binary_search(&rank).unwrap_or(0)
     }
 
     /// This communicator's hosts restricted to `members` (new rank `i` is

@@ -19,11 +19,8 @@ use super::Params;
 use std::ops::Range;
 
 /// Our host's index, our place on it, and the groups.
-fn place(p: &Params) -> (Vec<Vec<usize>>, usize, usize) {
-    let groups = p.hosts.groups();
-    let h = p.hosts.host_of(p.rank);
-    let local = groups[h].iter().position(|&r| r == p.rank).unwrap_or(0);
-    (groups, h, local)
+fn place<'a>(p: &Params<'a>) -> (&'a [Vec<usize>], usize, usize) {
+    (p.hosts.groups(), p.hosts.host_of(p.rank), p.hosts.local(p.rank))
 }
 
 /// Ring all-reduce of `range` (in `buf`, in place) over `ring`.

@@ -116,10 +116,8 @@ pub fn all_gather_ring(
 }
 
 /// The rank's ring and its position in it.
-fn ring_of(p: &Params) -> (Vec<usize>, usize) {
-    let ring = p.hosts.ring();
-    let pos = ring.iter().position(|&r| r == p.rank).unwrap_or(0);
-    (ring, pos)
+fn ring_of<'a>(p: &Params<'a>) -> (&'a [usize], usize) {
+    (p.hosts.ring(), p.hosts.ring_pos(p.rank))
 }
 
 /// All-reduce by ring: per channel, rounds of `n × chunk` elements.
@@ -132,7 +130,7 @@ pub fn all_reduce(p: &Params) -> Schedule {
             let mut ch = Vec::new();
             for k in 0..npieces(range.len(), n * p.chunk) {
                 let round = piece(&range, n * p.chunk, k);
-                all_reduce_round(&mut ch, &ring, pos, &split(round, n), Buf::Input, Buf::Output);
+                all_reduce_round(&mut ch, ring, pos, &split(round, n), Buf::Input, Buf::Output);
             }
             ch
         })
@@ -153,8 +151,8 @@ pub fn reduce_scatter(p: &Params) -> Schedule {
         .iter()
         .map(|sub| {
             let mut ch = Vec::new();
-            let blocks = channel_blocks(&ring, p.count, sub);
-            reduce_scatter_ring(&mut ch, &ring, pos, &blocks, p.chunk, Buf::Input, &|r| reg_at(Buf::Output, r, base));
+            let blocks = channel_blocks(ring, p.count, sub);
+            reduce_scatter_ring(&mut ch, ring, pos, &blocks, p.chunk, Buf::Input, &|r| reg_at(Buf::Output, r, base));
             ch
         })
         .collect();
@@ -169,28 +167,26 @@ pub fn all_gather(p: &Params) -> Schedule {
         .iter()
         .map(|sub| {
             let mut ch = Vec::new();
-            let blocks = channel_blocks(&ring, p.count, sub);
-            all_gather_ring(&mut ch, &ring, pos, &blocks, p.chunk, &|r| reg_at(Buf::Input, r, base), Buf::Output);
+            let blocks = channel_blocks(ring, p.count, sub);
+            all_gather_ring(&mut ch, ring, pos, &blocks, p.chunk, &|r| reg_at(Buf::Input, r, base), Buf::Output);
             ch
         })
         .collect();
     Schedule { channels, scratch: 0 }
 }
 
-/// The ring rotated so that the root comes first, and our place in it.
-fn chain_from_root(p: &Params) -> (Vec<usize>, usize) {
-    let (ring, _) = ring_of(p);
+/// The ring rotated so that the root comes first (its `i`-th rank), its
+/// length and our place in it.
+fn chain_from_root<'a>(p: &Params<'a>) -> (impl Fn(usize) -> usize + 'a, usize, usize) {
+    let (ring, pos) = ring_of(p);
     let n = ring.len();
-    let rpos = ring.iter().position(|&r| r == p.root).unwrap_or(0);
-    let chain: Vec<usize> = (0..n).map(|i| ring[(rpos + i) % n]).collect();
-    let me = chain.iter().position(|&r| r == p.rank).unwrap_or(0);
-    (chain, me)
+    let rpos = p.hosts.ring_pos(p.root);
+    (move |i: usize| ring[(rpos + i) % n], n, (pos + n - rpos) % n)
 }
 
 /// Broadcast down a pipelined chain that starts at the root.
 pub fn broadcast(p: &Params) -> Schedule {
-    let (chain, me) = chain_from_root(p);
-    let n = chain.len();
+    let (chain, n, me) = chain_from_root(p);
     let channels = split(0..p.count, p.channels)
         .into_iter()
         .map(|range| {
@@ -200,12 +196,12 @@ pub fn broadcast(p: &Params) -> Schedule {
                 if me == 0 {
                     ch.push(Step::Copy { src: reg(Buf::Input, &c), dst: reg(Buf::Output, &c) });
                     if n > 1 {
-                        ch.push(Step::Send { to: chain[1], src: reg(Buf::Input, &c) });
+                        ch.push(Step::Send { to: chain(1), src: reg(Buf::Input, &c) });
                     }
                 } else if me + 1 < n {
-                    ch.push(Step::RecvCopySend { from: chain[me - 1], to: chain[me + 1], dst: reg(Buf::Output, &c) });
+                    ch.push(Step::RecvCopySend { from: chain(me - 1), to: chain(me + 1), dst: reg(Buf::Output, &c) });
                 } else {
-                    ch.push(Step::Recv { from: chain[me - 1], dst: reg(Buf::Output, &c) });
+                    ch.push(Step::Recv { from: chain(me - 1), dst: reg(Buf::Output, &c) });
                 }
             }
             ch
@@ -216,10 +212,9 @@ pub fn broadcast(p: &Params) -> Schedule {
 
 /// Reduce up a pipelined chain that ends at the root.
 pub fn reduce(p: &Params) -> Schedule {
-    let (from_root, me_from_root) = chain_from_root(p);
-    let n = from_root.len();
-    // chain[0] = the rank after the root, ..., chain[n-1] = the root
-    let chain: Vec<usize> = (1..=n).map(|i| from_root[i % n]).collect();
+    let (from_root, n, me_from_root) = chain_from_root(p);
+    // chain(0) = the rank after the root, ..., chain(n-1) = the root
+    let chain = |i: usize| from_root((i + 1) % n);
     let me = (me_from_root + n - 1) % n;
     let channels = split(0..p.count, p.channels)
         .into_iter()
@@ -231,11 +226,11 @@ pub fn reduce(p: &Params) -> Schedule {
                 if n == 1 {
                     ch.push(Step::Copy { src, dst: reg(Buf::Output, &c) });
                 } else if me == 0 {
-                    ch.push(Step::Send { to: chain[1], src });
+                    ch.push(Step::Send { to: chain(1), src });
                 } else if me + 1 < n {
-                    ch.push(Step::RecvReduceSend { from: chain[me - 1], to: chain[me + 1], src });
+                    ch.push(Step::RecvReduceSend { from: chain(me - 1), to: chain(me + 1), src });
                 } else {
-                    ch.push(Step::RecvReduce { from: chain[me - 1], src, dst: reg(Buf::Output, &c) });
+                    ch.push(Step::RecvReduce { from: chain(me - 1), src, dst: reg(Buf::Output, &c) });
                 }
             }
             ch

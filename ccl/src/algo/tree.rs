@@ -39,33 +39,37 @@ pub struct Node {
     pub children: Vec<usize>,
 }
 
-/// The in-order binary tree over positions `0..n`, rooted at 0.
-pub fn btree(n: usize) -> Vec<Node> {
-    let mut nodes = vec![Node::default(); n];
-    if n < 2 {
-        return nodes;
-    }
-    let top = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
-    let mut link = |parent: usize, child: usize| {
-        nodes[parent].children.push(child);
-        nodes[child].parent = Some(parent);
-    };
-    link(0, top);
-    for i in 1..n {
-        let half = (i & i.wrapping_neg()) / 2;
-        if half == 0 {
-            continue;
+/// Node `i` of the in-order binary tree over positions `0..n` (see the
+/// module's notes), found without building the others: its children by
+/// the rule, its parent by walking down from the root (each node `c` with
+/// lowest set bit `b` holds positions `c-b+1 ..= c+b-1` below it, as far
+/// as they exist).
+pub fn node(n: usize, i: usize) -> Node {
+    let children = |c: usize| -> Vec<usize> {
+        if c == 0 {
+            return if n < 2 { Vec::new() } else { vec![1usize << (usize::BITS - 1 - (n - 1).leading_zeros())] };
         }
-        link(i, i - half);
+        let half = (c & c.wrapping_neg()) / 2;
+        if half == 0 {
+            return Vec::new();
+        }
         let mut h = half;
-        while h > 0 && i + h >= n {
+        while h > 0 && c + h >= n {
             h /= 2;
         }
-        if h > 0 {
-            link(i, i + h);
-        }
+        std::iter::once(c - half).chain((h > 0).then_some(c + h)).collect()
+    };
+    let mut parent = None;
+    let mut at = 0;
+    while at != i {
+        let kids = children(at);
+        // the child below which `i` lies: the left one holds the positions before it
+        let below = if at == 0 || i < at { kids.first() } else { kids.get(1) };
+        let Some(&next) = below else { break };
+        parent = Some(at);
+        at = next;
     }
-    nodes
+    Node { parent: if at == i { parent } else { None }, children: if i < n { children(i) } else { Vec::new() } }
 }
 
 /// A tree mapped onto ranks: `ranks[pos]` is the rank at each position.
@@ -78,10 +82,15 @@ pub struct RankTree {
 
 /// Our node in the tree whose position `i` is held by `order[i]`.
 pub fn rank_tree(order: &[usize], me: usize) -> RankTree {
-    let nodes = btree(order.len());
     let pos = order.iter().position(|&r| r == me).unwrap_or(0);
-    let node = &nodes[pos];
-    RankTree { parent: node.parent.map(|p| order[p]), children: node.children.iter().map(|&c| order[c]).collect() }
+    tree_at(order.len(), |i| order[i], pos)
+}
+
+/// Our node, at position `pos`, in the tree over `n` positions whose
+/// position `i` is held by rank `at(i)`.
+fn tree_at(n: usize, at: impl Fn(usize) -> usize, pos: usize) -> RankTree {
+    let node = node(n, pos);
+    RankTree { parent: node.parent.map(&at), children: node.children.iter().map(|&c| at(c)).collect() }
 }
 
 /// Pipelined reduction up the tree of `src` over `range`: inner nodes
@@ -185,31 +194,45 @@ fn root_piece(ch: &mut Vec<Step>, kids: &[usize], c: &Range<usize>, src: Buf, ou
     }
 }
 
-/// Our node in the tree over hosts with a chain inside each: `groups[0]`
-/// holds the root, each group's first rank is its head.
-pub fn host_tree(groups: &[Vec<usize>], me: usize) -> RankTree {
-    let nodes = btree(groups.len());
-    let Some((h, l)) = groups.iter().enumerate().find_map(|(h, g)| g.iter().position(|&r| r == me).map(|l| (h, l)))
-    else {
-        return RankTree { parent: None, children: Vec::new() };
-    };
-    let g = &groups[h];
-    let next = g.get(l + 1).copied();
-    if l > 0 {
-        return RankTree { parent: Some(g[l - 1]), children: next.into_iter().collect() };
-    }
-    let mut children: Vec<usize> = next.into_iter().collect();
-    children.extend(nodes[h].children.iter().map(|&c| groups[c][0]));
-    RankTree { parent: nodes[h].parent.map(|ph| groups[ph][0]), children }
+/// Hosts as a tree over them sees them: `len(h)` ranks on host `h` of
+/// `hosts`, the `l`-th of which is `at(h, l)`; host 0 holds the root.
+struct HostView<L, A> {
+    hosts: usize,
+    len: L,
+    at: A,
 }
 
-/// The second tree's relabelling of positions.
-fn second_tree_order<T: Clone>(order: &[T]) -> Vec<T> {
-    let n = order.len();
+impl<L: Fn(usize) -> usize, A: Fn(usize, usize) -> usize> HostView<L, A> {
+    /// Our node, the `l`-th rank of host `h`, in the tree over hosts with a
+    /// chain inside each, headed by its first rank.
+    fn tree(&self, (h, l): (usize, usize)) -> RankTree {
+        let next = (l + 1 < (self.len)(h)).then(|| (self.at)(h, l + 1));
+        if l > 0 {
+            return RankTree { parent: Some((self.at)(h, l - 1)), children: next.into_iter().collect() };
+        }
+        let node = node(self.hosts, h);
+        let mut children: Vec<usize> = next.into_iter().collect();
+        children.extend(node.children.iter().map(|&c| (self.at)(c, 0)));
+        RankTree { parent: node.parent.map(|ph| (self.at)(ph, 0)), children }
+    }
+}
+
+/// The second tree's relabelling of `n` positions: its position `i` is
+/// the first tree's `second(n, i)`.
+fn second(n: usize, i: usize) -> usize {
     if n.is_multiple_of(2) {
-        (0..n).map(|i| order[n - 1 - i].clone()).collect()
+        n - 1 - i
     } else {
-        (0..n).map(|i| order[(i + 1) % n].clone()).collect()
+        (i + 1) % n
+    }
+}
+
+/// The position of the second tree that holds the first tree's `j`.
+fn second_inv(n: usize, j: usize) -> usize {
+    if n.is_multiple_of(2) {
+        n - 1 - j
+    } else {
+        (j + n - 1) % n
     }
 }
 
@@ -217,13 +240,18 @@ fn second_tree_order<T: Clone>(order: &[T]) -> Vec<T> {
 /// (chains inside) on several.
 fn double_tree(p: &Params) -> [RankTree; 2] {
     let groups = p.hosts.groups();
+    let (h, l) = (p.hosts.host_of(p.rank), p.hosts.local(p.rank));
     if groups.len() < 2 {
-        let order = p.hosts.ring();
-        return [rank_tree(&order, p.rank), rank_tree(&second_tree_order(&order), p.rank)];
+        let (order, n, pos) = (p.hosts.ring(), p.hosts.nranks(), p.hosts.ring_pos(p.rank));
+        return [tree_at(n, |i| order[i], pos), tree_at(n, |i| order[second(n, i)], second_inv(n, pos))];
     }
-    let reversed: Vec<Vec<usize>> =
-        second_tree_order(&groups).into_iter().map(|g| g.into_iter().rev().collect()).collect();
-    [host_tree(&groups, p.rank), host_tree(&reversed, p.rank)]
+    let nh = groups.len();
+    let first = HostView { hosts: nh, len: |h: usize| groups[h].len(), at: |h: usize, l: usize| groups[h][l] };
+    // hosts relabelled, every chain reversed
+    let g = |i: usize| &groups[second(nh, i)];
+    let reversed =
+        HostView { hosts: nh, len: |i: usize| g(i).len(), at: |i: usize, l: usize| g(i)[g(i).len() - 1 - l] };
+    [first.tree((h, l)), reversed.tree((second_inv(nh, h), groups[h].len() - 1 - l))]
 }
 
 /// All-reduce by double binary tree: each channel's range is halved, one
@@ -245,19 +273,22 @@ pub fn all_reduce(p: &Params) -> Schedule {
 /// over hosts from the root's, with the root heading its host's chain, on
 /// several.
 fn rooted_tree(p: &Params) -> RankTree {
-    let mut groups = p.hosts.groups();
+    let groups = p.hosts.groups();
     if groups.len() < 2 {
-        let ring = p.hosts.ring();
-        let n = ring.len();
-        let rpos = ring.iter().position(|&r| r == p.root).unwrap_or(0);
-        let order: Vec<usize> = (0..n).map(|i| ring[(rpos + i) % n]).collect();
-        return rank_tree(&order, p.rank);
+        let (ring, n) = (p.hosts.ring(), p.hosts.nranks());
+        let (rpos, pos) = (p.hosts.ring_pos(p.root), p.hosts.ring_pos(p.rank));
+        return tree_at(n, |i| ring[(rpos + i) % n], (pos + n - rpos) % n);
     }
-    let rh = p.hosts.host_of(p.root);
-    groups.rotate_left(rh);
-    let at = groups[0].iter().position(|&r| r == p.root).unwrap_or(0);
-    groups[0].rotate_left(at);
-    host_tree(&groups, p.rank)
+    // hosts from the root's, the root first on its own
+    let (nh, rh, rl) = (groups.len(), p.hosts.host_of(p.root), p.hosts.local(p.root));
+    let g = |i: usize| &groups[(i + rh) % nh];
+    let view = HostView {
+        hosts: nh,
+        len: |i: usize| g(i).len(),
+        at: |i: usize, l: usize| if i == 0 { g(0)[(l + rl) % g(0).len()] } else { g(i)[l] },
+    };
+    let (h, l) = ((p.hosts.host_of(p.rank) + nh - rh) % nh, p.hosts.local(p.rank));
+    view.tree((h, if h == 0 { (l + g(0).len() - rl) % g(0).len() } else { l }))
 }
 
 /// Broadcast down a tree rooted at the root.
@@ -298,6 +329,36 @@ pub fn reduce(p: &Params) -> Schedule {
 mod tests {
     use super::*;
 
+    /// The in-order binary tree over positions `0..n`, rooted at 0, node by
+    /// node as the module's notes build it.
+    fn btree(n: usize) -> Vec<Node> {
+        let mut nodes = vec![Node::default(); n];
+        if n < 2 {
+            return nodes;
+        }
+        let top = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
+        let mut link = |parent: usize, child: usize| {
+            nodes[parent].children.push(child);
+            nodes[child].parent = Some(parent);
+        };
+        link(0, top);
+        for i in 1..n {
+            let half = (i & i.wrapping_neg()) / 2;
+            if half == 0 {
+                continue;
+            }
+            link(i, i - half);
+            let mut h = half;
+            while h > 0 && i + h >= n {
+                h /= 2;
+            }
+            if h > 0 {
+                link(i, i + h);
+            }
+        }
+        nodes
+    }
+
     #[test]
     fn every_position_has_one_parent_and_depth_is_logarithmic() {
         for n in 1..=1024usize {
@@ -324,6 +385,83 @@ mod tests {
                 .max()
                 .unwrap_or(0);
             assert!(depth <= 2 + (n as f64).log2().ceil() as usize, "n={n} depth={depth}");
+        }
+    }
+
+    #[test]
+    fn one_node_is_found_as_the_whole_tree_has_it() {
+        for n in 1..=1024usize {
+            let t = btree(n);
+            for (i, want) in t.iter().enumerate() {
+                assert_eq!(&node(n, i), want, "n={n} i={i}");
+            }
+        }
+    }
+
+    /// The trees as first written, over materialised (relabelled, rotated)
+    /// groups of ranks.
+    fn host_tree_by_groups(groups: &[Vec<usize>], me: usize) -> (Option<usize>, Vec<usize>) {
+        let nodes = btree(groups.len());
+        let (h, l) = groups
+            .iter()
+            .enumerate()
+            .find_map(|(h, g)| g.iter().position(|&r| r == me).map(|l| (h, l)))
+            .expect("a member");
+        let g = &groups[h];
+        let next = g.get(l + 1).copied();
+        if l > 0 {
+            return (Some(g[l - 1]), next.into_iter().collect());
+        }
+        let mut children: Vec<usize> = next.into_iter().collect();
+        children.extend(nodes[h].children.iter().map(|&c| groups[c][0]));
+        (nodes[h].parent.map(|ph| groups[ph][0]), children)
+    }
+
+    fn rank_tree_by_order(order: &[usize], me: usize) -> (Option<usize>, Vec<usize>) {
+        let nodes = btree(order.len());
+        let node = &nodes[order.iter().position(|&r| r == me).expect("a member")];
+        (node.parent.map(|p| order[p]), node.children.iter().map(|&c| order[c]).collect())
+    }
+
+    fn second_order<T: Clone>(order: &[T]) -> Vec<T> {
+        (0..order.len()).map(|i| order[second(order.len(), i)].clone()).collect()
+    }
+
+    #[test]
+    fn trees_found_rank_by_rank_are_the_trees_over_the_whole_groups() {
+        use crate::topo::Hosts;
+        let shapes = (1..=64usize).map(|n| vec![n]).chain(
+            [vec![2, 2, 2, 2], vec![3, 1, 2], vec![1; 7], vec![4; 5], vec![8; 8], vec![1, 5, 2, 3, 3]],
+        );
+        let mine = |t: RankTree| (t.parent, t.children);
+        for sizes in shapes {
+            let hosts = Hosts::blocks(&sizes);
+            let n = hosts.nranks();
+            let groups = hosts.groups().to_vec();
+            for rank in 0..n {
+                for root in [0, n / 2, n - 1] {
+                    let p = Params { nranks: n, rank, count: 1, root, channels: 1, chunk: 1, in_place: false, around: false, hosts: &hosts };
+                    let [a, b] = double_tree(&p);
+                    if groups.len() < 2 {
+                        let order = hosts.ring().to_vec();
+                        assert_eq!(mine(a), rank_tree_by_order(&order, rank), "{sizes:?} rank {rank}");
+                        assert_eq!(mine(b), rank_tree_by_order(&second_order(&order), rank), "{sizes:?} rank {rank}");
+                        let rpos = order.iter().position(|&r| r == root).expect("root");
+                        let from_root: Vec<usize> = (0..n).map(|i| order[(rpos + i) % n]).collect();
+                        assert_eq!(mine(rooted_tree(&p)), rank_tree_by_order(&from_root, rank), "{sizes:?} {root}");
+                        continue;
+                    }
+                    let reversed: Vec<Vec<usize>> =
+                        second_order(&groups).into_iter().map(|g| g.into_iter().rev().collect()).collect();
+                    assert_eq!(mine(a), host_tree_by_groups(&groups, rank), "{sizes:?} rank {rank}");
+                    assert_eq!(mine(b), host_tree_by_groups(&reversed, rank), "{sizes:?} rank {rank}");
+                    let mut rotated = groups.clone();
+                    rotated.rotate_left(hosts.host_of(root));
+                    let at = rotated[0].iter().position(|&r| r == root).expect("root");
+                    rotated[0].rotate_left(at);
+                    assert_eq!(mine(rooted_tree(&p)), host_tree_by_groups(&rotated, rank), "{sizes:?} root {root}");
+                }
+            }
         }
     }
 

@@ -96,7 +96,7 @@ impl Drop for Inner {
             return;
         }
         let rank = self.rank;
-        let local = self.hosts.groups().into_iter().find(|g| g.contains(&rank)).unwrap_or_default();
+        let local = self.hosts.groups().get(self.hosts.host_of(rank)).cloned().unwrap_or_default();
         let Some(engine) = self.engine_mut() else { return };
         if engine.check_usable().is_ok() {
             if let Some(note) = note_on_drop(&engine.conns, rank, &local) {

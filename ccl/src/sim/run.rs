@@ -312,7 +312,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
     // each rank's thread is busy with the call's own work before its first step
     let mut cpu = vec![model.call; n];
     let mut fetch = vec![model.intra.bandwidth; n];
-    for g in &groups {
+    for g in groups {
         let h = model.on_host(g.len(), (count * elem_size) as f64);
         for &r in g {
             (slow[r], cpu[r], hot[r], wake[r], fetch[r]) = (h.slow, h.call, h.hot, h.wake, h.fetch);
@@ -341,7 +341,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         wire: HashMap::new(),
         waiting: HashMap::new(),
     };
-    sim.share_cores_by_work(&groups, count, chunk);
+    sim.share_cores_by_work(groups, count, chunk);
     let Some(bucket) = model.bucket else {
         let (seconds, steps) = sim.run()?;
         return Ok(Prediction { seconds, steps });
