@@ -62,16 +62,30 @@ fn ccl_plot_draws_one_line_per_series_from_stdin() {
 }
 
 #[test]
-fn ccl_sim_weighs_every_algorithm_at_4096_ranks_and_refuses_a_zero_rate() {
+fn ccl_sim_simulates_every_algorithm_at_4096_ranks_and_refuses_a_zero_rate() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies");
     let topo = dir.join("h100-8x8-ib.toml").to_string_lossy().into_owned();
     let out = run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo, "--hosts", "512", "-b", "8", "-e", "1G", "-f", "8"]);
     let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(rows.len(), 10, "{out}");
     assert!(!rows.iter().any(|r| r.contains("skip")), "every algorithm at every size: {out}");
-    assert!(out.contains("by the closed-form model"), "{out}");
+    assert!(out.contains("by the simulator"), "{out}");
     // a large call keeps every link of a host busy: the hierarchical ring
     assert_eq!(rows[9].split_whitespace().rev().nth(1), Some("ring-ring"), "{out}");
+    // the closed form, and the two side by side
+    let closed =
+        run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo, "--hosts", "512", "-b", "8", "-e", "1G", "-f", "8", "--closed"]);
+    assert!(closed.contains("by the closed-form model"), "{closed}");
+    assert!(!closed.lines().any(|l| !l.starts_with('#') && l.contains("skip")), "{closed}");
+    let compared = run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo, "--hosts", "512", "-b", "1M", "-e", "1M", "--compare"]);
+    assert!(compared.contains("closed / simulated: "), "{compared}");
+    // all-gather sizes are of the whole vector, as nccl-tests gives them:
+    // below one element a rank, none
+    let gather =
+        run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo, "--hosts", "512", "-C", "all_gather", "-b", "8", "-e", "16K"]);
+    let rows: Vec<&str> = gather.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 1, "{gather}");
+    assert!(rows[0].split_whitespace().take(2).eq(["16384", "1"]), "{gather}");
     // a rate that is not above 0 is an error naming its key
     let h100 = std::fs::read_to_string(&topo).expect("h100 topology");
     let wrong = std::env::temp_dir().join(format!("ccl-sim-zero-{}.toml", std::process::id()));

@@ -235,6 +235,13 @@ pub struct Params<'a> {
 /// all-reduce, reduce-scatter, all-gather and broadcast (in place) read
 /// and write the peers' buffers, which the caller must have shared.
 pub fn generate(coll: Coll, algo: Algo, p: &Params) -> Result<Schedule, String> {
+    Ok(generate_keeping_empty(coll, algo, p)?.drop_empty())
+}
+
+/// [`generate`] with the empty steps left in: every rank of a symmetric
+/// schedule then has as many steps as its images (what the simulator's
+/// folding relies on, [`crate::sim`]), whatever the count.
+pub fn generate_keeping_empty(coll: Coll, algo: Algo, p: &Params) -> Result<Schedule, String> {
     if p.nranks == 0 || p.rank >= p.nranks || p.hosts.nranks() != p.nranks {
         return Err(format!("rank {} of {} (hosts for {})", p.rank, p.nranks, p.hosts.nranks()));
     }
@@ -265,5 +272,5 @@ pub fn generate(coll: Coll, algo: Algo, p: &Params) -> Result<Schedule, String> 
         (Coll::Recv, Direct) => direct::recv(p),
         _ => return Err(format!("{algo} does not implement {coll}")),
     };
-    Ok(s.drop_empty())
+    Ok(s)
 }

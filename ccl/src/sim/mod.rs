@@ -25,10 +25,18 @@
 //! last. Slots are taken as plentiful (the verifier has already shown the
 //! schedules cannot deadlock on them).
 //!
+//! Where a symmetry of the hosts maps every rank's schedule onto
+//! another's (a ring's ranks differ only by rotation), one rank of each
+//! class is timed for all (`fold`); a call of many pieces is timed at two
+//! shorter counts and extended along the line through them. So a flat
+//! ring over 4096 ranks is timed as 8 ranks, and a tree of a thousand
+//! pieces as two of tens.
+//!
 //! The tuner picks the algorithm with the least predicted time; `ccl-sim`
 //! prints the predictions for a described cluster.
 
 mod closed;
+mod fold;
 mod run;
 
 pub use closed::estimate;

@@ -1,13 +1,14 @@
 //! Timing every rank's schedule together, in order of when each step can
 //! start.
 
-use super::{Call, Model};
+use super::{fold, Call, Model};
 use crate::algo::part::npieces;
 use crate::algo::schedule::{Layout, Region, Step};
-use crate::algo::{generate, Algo, Params};
+use crate::algo::{generate, generate_keeping_empty, Algo, Params};
 use crate::topo::{cpu_of, evenly_oversubscribed, Hosts};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// What the simulator predicts for one call.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,6 +24,9 @@ pub struct Prediction {
 struct Sim<'a> {
     model: &'a Model,
     hosts: &'a Hosts,
+    /// Ranks timed: the first `reps`, rank `r` standing for every rank `q`
+    /// with `q % reps == r` ([`super::fold`]).
+    reps: usize,
     elem: f64,
     /// Elements per slot.
     slot: usize,
@@ -48,7 +52,7 @@ struct Sim<'a> {
     woke: Vec<f64>,
     /// Per rank: bytes per second it fetches what a rank of its host sent.
     fetch: Vec<f64>,
-    /// Per rank: its network link (host × nics + local rank % nics).
+    /// Per rank timed: its network link (host × nics + local rank % nics).
     nic: Vec<usize>,
     /// Bytes per second of each network link.
     bw: f64,
@@ -59,7 +63,7 @@ struct Sim<'a> {
     sent: Vec<f64>,
     got: Vec<f64>,
     /// Arrival times of the first and last slots of messages not yet
-    /// received, per (from, to, channel).
+    /// received, per (from, to, channel), ranks as timed.
     wire: HashMap<(usize, usize, usize), VecDeque<(f64, f64)>>,
     /// Channels waiting for a message on (from, to, channel).
     waiting: HashMap<(usize, usize, usize), (usize, usize)>,
@@ -83,7 +87,7 @@ impl Sim<'_> {
         } else {
             // the link carries the message once its first slot is ready,
             // and its last slot cannot leave before it is ready
-            let (nf, nt) = (self.nic[from], self.nic[to]);
+            let (nf, nt) = (self.nic[from], self.nic[to % self.reps]);
             let bw = self.bw;
             self.sent[nf] += bytes;
             self.got[nt] += bytes;
@@ -94,7 +98,7 @@ impl Sim<'_> {
             self.nic_in[nt] = end;
             (start + slot + self.model.inter.latency, end + self.model.inter.latency)
         };
-        self.wire.entry((from, to, ch)).or_default().push_back((a, b));
+        self.wire.entry((from, to % self.reps, ch)).or_default().push_back((a, b));
     }
 
     /// Local work of a step on rank `r`, seconds: the fused steps' second
@@ -229,7 +233,8 @@ impl Sim<'_> {
             let busy = self.work(r, &step, (recent, next)) * self.slow[r] + self.pull(r, &step);
             let per_slot = busy / step.len().div_ceil(self.slot).max(1) as f64;
             let (mut ready, mut last, mut came) = (t0, 0.0f64, 0.0f64);
-            if let Some(from) = step.recv_peer() {
+            let from = step.recv_peer().map(|q| q % self.reps);
+            if let Some(from) = from {
                 match self.wire.get(&(from, r, c)).and_then(VecDeque::front) {
                     Some(&(f, l)) => (ready, last, came) = (ready.max(f), l, f),
                     None => {
@@ -246,13 +251,13 @@ impl Sim<'_> {
             // a rank sharing a core gets it back for a message: core time,
             // which its other channels wait behind; what came for them
             // before it had the core back comes with it, without another
-            let start = if step.recv_peer().is_some() && came > self.woke[r] {
+            let start = if from.is_some() && came > self.woke[r] {
                 self.woke[r] = at + self.wake[r];
                 self.woke[r]
             } else {
                 at
             };
-            if let Some(from) = step.recv_peer() {
+            if let Some(from) = from {
                 self.wire.get_mut(&(from, r, c)).and_then(VecDeque::pop_front);
             }
             let done = (start + busy).max(last + per_slot);
@@ -260,7 +265,7 @@ impl Sim<'_> {
             self.cpu[r] = start + busy;
             if let Some((to, len)) = step.send_peer().map(|to| (to, step.len())) {
                 self.transfer((r, to, c), len, start + per_slot, done);
-                if let Some((wr, wc)) = self.waiting.remove(&(r, to, c)) {
+                if let Some((wr, wc)) = self.waiting.remove(&(r, to % self.reps, c)) {
                     let t = self.pc[wr][wc].1;
                     heap.push((key(t.max(self.cpu[wr])), key(t), wr, wc));
                 }
@@ -276,44 +281,150 @@ impl Sim<'_> {
     }
 }
 
-/// The most steps (all ranks together) one simulation may take, estimated
-/// from rank 0's schedule: about half a second. Longer schedules (a flat
-/// ring over thousands of ranks) are not timed: they are errors, and the
-/// tuner does not consider them.
+/// The most steps (all ranks timed together) one simulation may take,
+/// estimated from rank 0's schedule: about half a second. Longer
+/// schedules (a flat ring over thousands of ranks of unequal hosts, which
+/// cannot be folded) are not timed: they are errors, and the tuner does
+/// not consider them.
 pub const MAX_STEPS: usize = 4_000_000;
 
+/// Steps (all ranks timed together) above which a call of many pieces is
+/// timed as two shorter calls of the same pieces, a tenth of a second or
+/// so each, and its time read off the line through theirs.
+const LINE_STEPS: usize = 250_000;
+
+/// Pieces per channel the shorter of those two calls keeps at least: past
+/// the pipeline's filling, where each further piece adds as much.
+const LINE_PIECES: usize = 8;
+
 /// Times `algo` running `call` on `hosts` under `model`. Every rank's
-/// schedule is generated and all run together.
+/// schedule is generated and all run together; where a symmetry of the
+/// hosts maps the ranks onto each other, one rank of each class (see
+/// the module's notes). A call of many steps (a quarter of a million),
+/// most of them its pieces', is timed at two shorter counts of the same
+/// pieces, and its time extended along the line through theirs: once the
+/// pipeline is full, each piece adds the same time.
 pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result<Prediction, String> {
-    let &Call { coll, count, elem: elem_size, root, channels, chunk, slot, in_place } = call;
+    let whole = call.count;
+    let steps = |count: usize| -> Result<usize, String> {
+        let reps = fold::classes(call.coll, algo, count, call.channels, hosts);
+        Ok(schedule(&Call { count, ..*call }, algo, hosts, reps, 0)?.0.iter().map(Vec::len).sum::<usize>() * reps)
+    };
+    let all = steps(whole)?;
+    if all > LINE_STEPS {
+        if let Some((c1, c2)) = shorter(call, all) {
+            if steps(c2)? <= 2 * LINE_STEPS {
+                let (a, b) = (timed(&Call { count: c1, ..*call }, algo, hosts, model, whole)?, timed(&Call { count: c2, ..*call }, algo, hosts, model, whole)?);
+                let line = |a: f64, b: f64| b + (whole - c2) as f64 * (b - a) / (c2 - c1) as f64;
+                let t = Timed {
+                    fast: line(a.fast, b.fast),
+                    slow: line(a.slow, b.slow),
+                    busiest: line(a.busiest, b.busiest),
+                    steps: a.steps + b.steps,
+                };
+                return Ok(t.prediction(model));
+            }
+        }
+    }
+    Ok(timed(call, algo, hosts, model, whole)?.prediction(model))
+}
+
+/// The two shorter counts [`simulate`] times a call of `steps` steps at:
+/// its count halved until about [`LINE_STEPS`] steps are left, and halved
+/// once more, so that a count that splits evenly into pieces, channels
+/// and ranks still does; the shorter at least [`LINE_PIECES`] pieces a
+/// channel. `None` where the call has too few pieces.
+fn shorter(call: &Call, steps: usize) -> Option<(usize, usize)> {
+    let mut halvings = 1;
+    while steps >> halvings > LINE_STEPS {
+        halvings += 1;
+    }
+    let c2 = call.count >> halvings;
+    let c1 = c2 / 2;
+    (c1 >= LINE_PIECES * call.channels.max(1) * call.chunk.max(1)).then_some((c1, c2))
+}
+
+/// One run's times: at the link's peak rate where a token bucket shapes
+/// it, else as `slow`; at the link's rate; and the busiest link's bytes.
+struct Timed {
+    fast: f64,
+    slow: f64,
+    busiest: f64,
+    steps: usize,
+}
+
+impl Timed {
+    fn prediction(&self, model: &Model) -> Prediction {
+        // links shaped by a token bucket, in a run of such calls: no faster
+        // than at its peak, nor than the busiest link's bytes at its rate;
+        // and the time at its rate less the idle time whose tokens the
+        // bucket holds
+        let seconds = match model.bucket {
+            None => self.slow,
+            Some(b) => {
+                let rate = model.inter.bandwidth;
+                self.fast.max(self.busiest / rate).max(self.slow - b.burst / rate)
+            }
+        };
+        Prediction { seconds, steps: self.steps }
+    }
+}
+
+/// The channels of rank `rank`, one of the first `reps` timed for all,
+/// and its layout.
+fn schedule(call: &Call, algo: Algo, hosts: &Hosts, reps: usize, rank: usize) -> Result<(Vec<Vec<Step>>, Layout), String> {
+    let &Call { coll, count, root, channels, chunk, in_place, .. } = call;
     let n = hosts.nranks();
-    let (mut sched, mut layout) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for rank in 0..n {
-        let p = Params { nranks: n, rank, count, root, channels, chunk, in_place, around: false, hosts };
-        sched.push(generate(coll, algo, &p)?.channels);
-        layout.push(coll.layout(n, rank, count, root, in_place));
+    let p = Params { nranks: n, rank, count, root, channels, chunk, in_place, around: false, hosts };
+    // folded, every rank keeps its empty steps, so that they match its images'
+    let s = if reps < n { generate_keeping_empty(coll, algo, &p)? } else { generate(coll, algo, &p)? };
+    Ok((s.channels, coll.layout(n, rank, count, root, in_place)))
+}
+
+/// Times `call`, its ranks folded where they can be, the cache and the
+/// cores' sharing as for a call of `whole` elements.
+fn timed(call: &Call, algo: Algo, hosts: &Hosts, model: &Model, whole: usize) -> Result<Timed, String> {
+    let reps = fold::classes(call.coll, algo, call.count, call.channels, hosts);
+    timed_ranks(call, algo, hosts, model, reps, whole)
+}
+
+/// [`timed`], timing the first `reps` ranks for all.
+fn timed_ranks(call: &Call, algo: Algo, hosts: &Hosts, model: &Model, reps: usize, whole: usize) -> Result<Timed, String> {
+    let &Call { elem: elem_size, chunk, slot, .. } = call;
+    let n = hosts.nranks();
+    if reps == 0 || reps > n {
+        return Err(format!("{algo} on {n} ranks: no ranks to time"));
+    }
+    let (mut sched, mut layout) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    for rank in 0..reps {
+        let (s, l) = schedule(call, algo, hosts, reps, rank)?;
+        sched.push(s);
+        layout.push(l);
         if rank == 0 {
-            let steps = sched[0].iter().map(Vec::len).sum::<usize>().saturating_mul(n);
+            let steps = sched[0].iter().map(Vec::len).sum::<usize>().saturating_mul(reps);
             if steps > MAX_STEPS {
                 return Err(format!("{algo} on {n} ranks takes ~{steps} steps: too long to simulate"));
             }
         }
     }
     let nics = model.nics.max(1);
-    let mut nic = vec![0; n];
-    let groups = hosts.groups();
-    for (h, g) in groups.iter().enumerate() {
+    let mut nic = vec![0; reps];
+    // the hosts of the ranks timed
+    let groups: Vec<Vec<usize>> =
+        hosts.groups().iter().map(|g| g.iter().copied().filter(|&r| r < reps).collect::<Vec<_>>()).collect();
+    let groups: Vec<Vec<usize>> = groups.into_iter().filter(|g| !g.is_empty()).collect();
+    for g in &groups {
         for (l, &r) in g.iter().enumerate() {
-            nic[r] = h * nics + l % nics;
+            nic[r] = hosts.host_of(r) * nics + l % nics;
         }
     }
-    let links = groups.len() * nics;
-    let (mut slow, mut wake, mut hot) = (vec![1.0; n], vec![0.0; n], vec![1.0; n]);
+    let links = hosts.host_of(reps - 1).saturating_add(1) * nics;
+    let (mut slow, mut wake, mut hot) = (vec![1.0; reps], vec![0.0; reps], vec![1.0; reps]);
     // each rank's thread is busy with the call's own work before its first step
-    let mut cpu = vec![model.call; n];
-    let mut fetch = vec![model.intra.bandwidth; n];
-    for g in groups {
-        let h = model.on_host(g.len(), (count * elem_size) as f64);
+    let mut cpu = vec![model.call; reps];
+    let mut fetch = vec![model.intra.bandwidth; reps];
+    for g in &groups {
+        let h = model.on_host(g.len(), (whole * elem_size) as f64);
         for &r in g {
             (slow[r], cpu[r], hot[r], wake[r], fetch[r]) = (h.slow, h.call, h.hot, h.wake, h.fetch);
         }
@@ -321,6 +432,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
     let mut sim = Sim {
         model,
         hosts,
+        reps,
         elem: elem_size as f64,
         slot: slot.max(1),
         pc: sched.iter().map(|chans| vec![(0, 0.0); chans.len()]).collect(),
@@ -330,7 +442,7 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         slow,
         hot,
         wake,
-        woke: vec![f64::NEG_INFINITY; n],
+        woke: vec![f64::NEG_INFINITY; reps],
         fetch,
         nic,
         bw: model.inter.bandwidth,
@@ -338,23 +450,17 @@ pub fn simulate(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Result
         nic_in: vec![0.0; links],
         sent: vec![0.0; links],
         got: vec![0.0; links],
-        wire: HashMap::new(),
-        waiting: HashMap::new(),
+        wire: HashMap::default(),
+        waiting: HashMap::default(),
     };
-    sim.share_cores_by_work(groups, count, chunk);
-    let Some(bucket) = model.bucket else {
-        let (seconds, steps) = sim.run()?;
-        return Ok(Prediction { seconds, steps });
+    sim.share_cores_by_work(&groups, whole, chunk);
+    let fast = match model.bucket {
+        Some(bucket) => Some(Sim { bw: bucket.peak, ..sim.clone() }.run()?.0),
+        None => None,
     };
-    // links shaped by a token bucket, in a run of such calls: no faster
-    // than at its peak, nor than the busiest link's bytes at its rate; and
-    // the time at its rate less the idle time whose tokens the bucket holds
-    let (fast, _) = Sim { bw: bucket.peak, ..sim.clone() }.run()?;
     let (slow, steps) = sim.run()?;
-    let rate = model.inter.bandwidth;
     let busiest = sim.sent.iter().chain(&sim.got).fold(0.0f64, |a, &b| a.max(b));
-    let seconds = fast.max(busiest / rate).max(slow - bucket.burst / rate);
-    Ok(Prediction { seconds, steps })
+    Ok(Timed { fast: fast.unwrap_or(slow), slow, busiest, steps })
 }
 
 #[cfg(test)]
@@ -374,6 +480,67 @@ mod tests {
 
     fn time(coll: Coll, algo: Algo, count: usize, hosts: &Hosts, m: &Model) -> f64 {
         simulate(&call(coll, count, 0, 1, 1 << 16), algo, hosts, m).expect("simulates").seconds
+    }
+
+    #[test]
+    fn folded_ranks_time_as_every_rank_does() {
+        // counts that split evenly over channels and ranks: the same to a
+        // rounding (ranks ready at the same moment may be served in
+        // another order); others within one latency (`fold`)
+        let bucket = Model { bucket: Some(crate::sim::Bucket { peak: 4e9, burst: 1e6 }), ..model(8.0) };
+        let cases = [
+            (Hosts::blocks(&[4; 6]), model(8.0)),
+            (Hosts::blocks(&[4; 8]), Model::DEFAULT.with_cores(2)),
+            (Hosts::blocks(&[1; 8]), bucket),
+            (Hosts::blocks(&[8; 4]), Model { nics: 2, ..Model::H100 }),
+        ];
+        let mut folded = 0;
+        for (hosts, m) in &cases {
+            let n = hosts.nranks();
+            for coll in Coll::ALL.into_iter().filter(|c| !c.p2p()) {
+                for &algo in coll.algos() {
+                    for count in [2usize, 1000, 3 << 14, 1 << 16, (1 << 20) + 3, 1 << 20] {
+                        if super::fold::classes(coll, algo, count, 2, hosts) == n {
+                            continue;
+                        }
+                        let c = call(coll, count, 0, 2, 1 << 14);
+                        let all = timed_ranks(&c, algo, hosts, m, n, count).expect("simulates").prediction(m).seconds;
+                        let p = simulate(&c, algo, hosts, m).expect("simulates");
+                        let off = (p.seconds / all - 1.0).abs();
+                        let even = count.is_multiple_of(2 * n);
+                        let most = if even { 0.005 } else { 0.1 };
+                        assert!(off < most, "{coll} {algo} {count} on {n}: {} s folded, {all} s", p.seconds);
+                        folded += 1;
+                    }
+                }
+            }
+        }
+        assert!(folded > 50, "{folded}");
+    }
+
+    #[test]
+    fn a_call_of_many_pieces_is_timed_along_the_line_through_two_shorter_ones() {
+        // the time of every piece, against the line through two calls of
+        // fewer pieces: trees over many hosts, chains from the root, ranks
+        // sharing cores, a token bucket; the same to a rounding where the
+        // count splits evenly (all but the last)
+        let bucket = Model { bucket: Some(crate::sim::Bucket { peak: 4e9, burst: 1e6 }), ..model(8.0) };
+        let cases = [
+            (Coll::AllReduce, Algo::Tree, Hosts::blocks(&[8; 32]), Model::H100, 1 << 24, 1 << 13),
+            (Coll::Broadcast, Algo::Ring, Hosts::blocks(&[8; 32]), Model::H100, 1 << 24, 1 << 12),
+            (Coll::Reduce, Algo::Tree, Hosts::blocks(&[4; 24]), model(100.0), 1 << 22, 1 << 10),
+            (Coll::AllReduce, Algo::Ring, Hosts::blocks(&[4]), Model::DEFAULT.with_cores(2), 1 << 22, 1 << 6),
+            (Coll::AllReduce, Algo::Tree, Hosts::blocks(&[1; 8]), bucket, 1 << 22, 1 << 7),
+            (Coll::AllReduce, Algo::RecursiveDoubling, Hosts::blocks(&[2; 6]), model(25.0), (1 << 22) + 7, 1 << 8),
+        ];
+        for (coll, algo, hosts, m, count, chunk) in cases {
+            let c = Call { slot: chunk / 2, ..call(coll, count, 0, 2, chunk) };
+            let p = simulate(&c, algo, &hosts, &m).expect("simulates");
+            let all = timed(&c, algo, &hosts, &m, count).expect("simulates");
+            assert!(all.steps > LINE_STEPS && p.steps < all.steps, "{coll} {algo}: {} steps of {}", p.steps, all.steps);
+            let t = all.prediction(&m).seconds;
+            assert!((p.seconds / t - 1.0).abs() < 1e-3, "{coll} {algo} on {}: {} s, every piece {t} s", hosts.nranks(), p.seconds);
+        }
     }
 
     #[test]

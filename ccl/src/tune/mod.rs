@@ -271,7 +271,15 @@ pub fn shared_block(elem: usize) -> usize {
 /// under `model`, the tuner's pick first (the fastest, or the first listed
 /// of those within [`TIE`] of it), then the others fastest first.
 pub fn predictions(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
-    predictions_among(call, &candidates(call.coll, None), hosts, model)
+    let closed = hosts.nranks() > SIM_RANKS;
+    predictions_among(call, &candidates(call.coll, None), hosts, model, closed)
+}
+
+/// [`predictions`] by the simulator at any rank count, as `ccl-sim`
+/// prints them.
+#[cfg(feature = "internals")]
+pub fn simulated(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    predictions_among(call, &candidates(call.coll, None), hosts, model, false)
 }
 
 /// Ranks up to which the tuner times calls with the simulator; above, with
@@ -281,12 +289,12 @@ pub fn predictions(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)
 /// to time at all).
 pub const SIM_RANKS: usize = 64;
 
-/// [`predictions`] among `algos`; [`Algo::Direct`] on shared buffers.
-fn predictions_among(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+/// [`predictions`] among `algos`, by the closed form or the simulator;
+/// [`Algo::Direct`] on shared buffers.
+fn predictions_among(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model, closed: bool) -> Vec<(Algo, f64)> {
     let fewest = call.count / SIM_PIECES;
     let call = Call { chunk: call.chunk.max(fewest), ..*call };
     let on_shared = Call { chunk: shared_block(call.elem).max(fewest), ..call };
-    let closed = hosts.nranks() > SIM_RANKS;
     let mut times: Vec<(Algo, f64)> = algos
         .iter()
         .filter_map(|&a| {
@@ -306,9 +314,10 @@ fn predictions_among(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) 
 /// peers' buffers as the call would.
 pub fn ranked_on_shared(call: &Call, in_place: bool, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
     let out = Call { in_place: false, ..*call };
-    let mut times = predictions_among(&out, call.coll.algos(), hosts, model);
+    let closed = hosts.nranks() > SIM_RANKS;
+    let mut times = predictions_among(&out, call.coll.algos(), hosts, model, closed);
     if call.coll.on_shared(in_place) {
-        let direct = predictions_among(&Call { in_place, ..*call }, &[Algo::Direct], hosts, model);
+        let direct = predictions_among(&Call { in_place, ..*call }, &[Algo::Direct], hosts, model, closed);
         times.extend(direct);
     }
     pick_first(&candidates(call.coll, Some(in_place)), &mut times);

@@ -12,7 +12,7 @@
 use ccl::algo::Coll;
 use ccl::sim::{Bucket, Call, Link, Model};
 use ccl::topo::Hosts;
-use ccl::tune::{predictions, ranked, ranked_on_shared};
+use ccl::tune::{ranked_on_shared, simulated};
 use ccl_examples::{busbw_factor, parse_bytes};
 use clap::Parser;
 use serde::Deserialize;
@@ -45,7 +45,8 @@ struct Args {
     /// Collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce
     #[arg(short = 'C', long = "coll", default_value = "all_reduce")]
     coll: String,
-    /// Smallest size in bytes (K, M, G suffixes)
+    /// Smallest size in bytes (K, M, G suffixes); for all_gather and
+    /// reduce_scatter of the whole vector, as nccl-tests counts it
     #[arg(short = 'b', long = "minbytes", default_value = "8")]
     min: String,
     /// Largest size in bytes
@@ -96,8 +97,7 @@ struct Args {
     #[arg(long)]
     closed: bool,
     /// Print, per algorithm, the closed form's time over the simulator's,
-    /// and whether the two pick the same algorithm (up to 64 ranks, where
-    /// the tuner simulates)
+    /// and whether the two pick the same algorithm
     #[arg(long)]
     compare: bool,
 }
@@ -229,9 +229,6 @@ fn run(a: &Args) -> Result<(), String> {
     model.check().map_err(|e| format!("{}: {e}", a.topology.display()))?;
     let hosts = Hosts::blocks(&vec![per; nh]);
     let n = nh * per;
-    if a.compare && n > ccl::tune::SIM_RANKS {
-        return Err(format!("--compare: {n} ranks, where the simulator times up to {}", ccl::tune::SIM_RANKS));
-    }
     let elem = a.elem.max(1);
     // slots as the ranks of one of these hosts would cut them (0 cores: enough)
     let cpus = if t.rank.cores == 0 { per } else { t.rank.cores };
@@ -271,13 +268,15 @@ fn run(a: &Args) -> Result<(), String> {
     );
     outln!(
         o,
-        "# predicted {} per algorithm by {} (skip: over {} steps, not considered); pick: the tuner's choice (from \
-         the out-of-place times, in place too) and its time",
+        "# predicted {} per algorithm by {} (skip: over {} steps, not considered); pick: the fastest (from the \
+         out-of-place times, in place too, ties as the tuner breaks them) and its time",
         if a.times { "time per call (us)" } else { "busbw (GB/s)" },
         if a.compare {
             "the closed form over the simulator (time ratio)"
-        } else if a.closed || n > ccl::tune::SIM_RANKS {
+        } else if a.closed {
             "the closed-form model"
+        } else if a.shared && n > ccl::tune::SIM_RANKS {
+            "the closed-form model, as the tuner at this many ranks"
         } else {
             "the simulator"
         },
@@ -288,13 +287,17 @@ fn run(a: &Args) -> Result<(), String> {
         out!(o, " {:>10}", al.name());
     }
     outln!(o, " {:>10} {:>12}", "pick", "time (us)");
-    let (mut size, max) = (parse_bytes(&a.min)?.max(elem), parse_bytes(&a.max)?);
+    // sizes as nccl-tests and ccl-perf give them: of the whole gathered or
+    // scattered vector, n times what each rank gives or keeps
+    let unit = elem * if matches!(coll, Coll::AllGather | Coll::ReduceScatter) { n } else { 1 };
+    let (mut size, max) = (parse_bytes(&a.min)?.max(unit), parse_bytes(&a.max)?);
     let started = std::time::Instant::now();
     let (mut compared, mut picks) = (Vec::new(), Vec::new());
     let mut lines: Vec<ccl_examples::plot::Series> =
         algos.iter().map(|al| ccl_examples::plot::Series { name: al.name().into(), points: Vec::new() }).collect();
     while size <= max {
-        let count = size / elem;
+        let count = size / unit;
+        let bytes = count * unit;
         // slots filled and pieces cut as ccl's tuner would for this size,
         // or as asked (pieces of half a connection's slots of that size)
         let (slot, chunk) = match slot_set {
@@ -308,11 +311,11 @@ fn run(a: &Args) -> Result<(), String> {
         } else if a.shared {
             ranked_on_shared(&call, a.in_place, &hosts, &model)
         } else {
-            predictions(&call, &hosts, &model)
+            simulated(&call, &hosts, &model)
         };
         if a.compare {
-            let sim = predictions(&call, &hosts, &model);
-            out!(o, "  {size:>12} {count:>12}");
+            let sim = simulated(&call, &hosts, &model);
+            out!(o, "  {bytes:>12} {count:>12}");
             for al in &algos {
                 let c = times.iter().find(|t| t.0 == *al).map(|t| t.1);
                 match (c, sim.iter().find(|t| t.0 == *al).map(|t| t.1)) {
@@ -338,12 +341,12 @@ fn run(a: &Args) -> Result<(), String> {
             size = size.saturating_mul(a.factor);
             continue;
         }
-        out!(o, "  {size:>12} {count:>12}");
+        out!(o, "  {bytes:>12} {count:>12}");
         for (al, line) in algos.iter().zip(&mut lines) {
             match times.iter().find(|(x, _)| x == al) {
                 Some((_, secs)) => {
-                    let busbw = size as f64 / secs / 1e9 * busbw_factor(coll.name(), n);
-                    line.points.push((size, busbw));
+                    let busbw = bytes as f64 / secs / 1e9 * busbw_factor(coll.name(), n);
+                    line.points.push((bytes, busbw));
                     if a.times {
                         out!(o, " {:>10.2}", secs * 1e6)
                     } else {
@@ -355,7 +358,10 @@ fn run(a: &Args) -> Result<(), String> {
         }
         // the tuner times calls out of place, and keeps its choice for in-place ones
         let chosen = if a.in_place && !a.shared {
-            ranked(&call, &hosts, &model).first().map(|t| t.0)
+            let out = Call { in_place: false, ..call };
+            if a.closed { closed_predictions(&out, &algos, &hosts, &model) } else { simulated(&out, &hosts, &model) }
+                .first()
+                .map(|t| t.0)
         } else {
             times.first().map(|t| t.0)
         };
