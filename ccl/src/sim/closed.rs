@@ -385,7 +385,12 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
             let crowd = if inter { c * (p as f64 / nics).max(1.0) } else { 1.0 };
             let (q, piece) = r.pieces(b, chunk);
             let st = r.hop(kind, piece, inter, crowd, c);
-            t += st.latency + q * st.each;
+            // an exchange sends a piece and takes its peer's before it sends
+            // the next (one piece in flight each way): across hosts each
+            // pays the network's latency (inside one, a piece's slots reach
+            // the peer as they are written, and its latency mostly hides)
+            let waits = if inter { q } else { 1.0 };
+            t += waits * st.latency + q * st.each;
         }
         t
     };
@@ -463,29 +468,47 @@ mod tests {
         t[0].0
     }
 
-    #[test]
-    fn on_8_hosts_of_8_it_follows_the_simulator() {
-        // every all-reduce algorithm, 8 B - 1 GiB: the ring within 10 %
-        // at every size, and the same pick at every size but at most one
-        let (m, hosts) = (h100(), Hosts::blocks(&[8; 8]));
-        let (mut misses, mut picks, mut sizes) = (Vec::new(), 0, 0);
+    /// Every all-reduce algorithm on `hosts`, 8 B - 1 GiB by 8x, closed
+    /// form against simulator: the times beyond 10 % of each other (ring's
+    /// among them), and the sizes where the two pick differently.
+    fn against_the_simulator(hosts: &Hosts) -> (Vec<String>, Vec<String>) {
+        let m = h100();
+        let (mut misses, mut picks) = (Vec::new(), Vec::new());
         for bytes in (0..10).map(|k| 8usize << (3 * k)) {
             let c = call(Coll::AllReduce, bytes);
             for &a in Coll::AllReduce.algos() {
-                let (closed, sim) = (estimate(&c, a, &hosts, &m), simulate(&c, a, &hosts, &m).map(|p| p.seconds));
+                let (closed, sim) = (estimate(&c, a, hosts, &m), simulate(&c, a, hosts, &m).map(|p| p.seconds));
                 let r = closed.expect("estimates") / sim.expect("simulates");
                 if !(0.9..=1.1).contains(&r) {
                     misses.push(format!("{a} at {bytes} B: closed / simulated {r:.2}"));
                 }
-                assert!(a != Algo::Ring || (0.9..=1.1).contains(&r), "ring at {bytes} B: {r:.2}");
             }
-            let by_closed = fastest(&c, |a| estimate(&c, a, &hosts, &m).ok());
-            let by_sim = fastest(&c, |a| simulate(&c, a, &hosts, &m).ok().map(|p| p.seconds));
-            picks += usize::from(by_closed == by_sim);
-            sizes += 1;
+            let by_closed = fastest(&c, |a| estimate(&c, a, hosts, &m).ok());
+            let by_sim = fastest(&c, |a| simulate(&c, a, hosts, &m).ok().map(|p| p.seconds));
+            if by_closed != by_sim {
+                picks.push(format!("{bytes} B: {by_closed} by the closed form, {by_sim} by the simulator"));
+            }
         }
-        eprintln!("misses beyond 10 %:\n{}", misses.join("\n"));
-        assert!(picks + 1 >= sizes, "the same pick at {picks} of {sizes} sizes");
+        eprintln!("misses beyond 10 %:\n{}\npicks that differ:\n{}", misses.join("\n"), picks.join("\n"));
+        (misses, picks)
+    }
+
+    #[test]
+    fn on_8_hosts_of_8_it_follows_the_simulator() {
+        // the ring within 10 % at every size, and the same pick at every
+        // size but at most one
+        let (misses, picks) = against_the_simulator(&Hosts::blocks(&[8; 8]));
+        assert!(!misses.iter().any(|m| m.starts_with("ring ")), "{misses:?}");
+        assert!(picks.len() <= 1, "{picks:?}");
+    }
+
+    #[test]
+    fn at_4096_ranks_it_picks_what_the_simulator_picks() {
+        // against the simulator folded onto the first host's ranks (rings,
+        // ring-ring, tree-ring, doubling) and along the line of its pieces
+        // (the tree): the same pick at every size but at most one
+        let (_, picks) = against_the_simulator(&Hosts::blocks(&[8; 512]));
+        assert!(picks.len() <= 1, "{picks:?}");
     }
 
     #[test]
