@@ -242,9 +242,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             }
         }
         (Coll::AllReduce, Algo::Ring) => ring_all_reduce(r, (n, h), s_ch, call.chunk, c, 1.0),
-        (Coll::AllReduce, Algo::RingRing | Algo::TreeRing) if !multi => {
-            ring_all_reduce(r, (n, 1), s_ch, call.chunk, c, 1.0)
-        }
+        (Coll::AllReduce, Algo::RingRing) if !multi => ring_all_reduce(r, (n, 1), s_ch, call.chunk, c, 1.0),
         (Coll::ReduceScatter, Algo::Ring) | (Coll::AllGather, Algo::Ring) => {
             let kind = if call.coll == Coll::AllGather { Kind::CopySend } else { Kind::ReduceSend };
             // per channel, rounds of n pieces; each step moves one piece
@@ -283,11 +281,18 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             inside(Kind::ReduceSend) + across + inside(Kind::CopySend)
         }
         (Coll::AllReduce, Algo::TreeRing) => {
-            // up a chain inside each host, a ring across the heads, down again
+            // up a binary tree inside each host (a node takes its two
+            // children's pieces in turn, or sends to both), a ring across
+            // the heads, down again
             let (q, b) = r.pieces(s_ch, call.chunk);
-            let up = pipeline(r.hop(Kind::ReduceSend, b, false, 1.0, c), (p - 1) as f64, q);
-            let down = pipeline(r.hop(Kind::CopySend, b, false, 1.0, c), (p - 1) as f64, q);
-            up + ring_all_reduce(r, (h, h), s_ch, call.chunk, c, 1.0) + down
+            let depth = log2_ceil(p + 1) - 1.0;
+            let kids = if p <= 2 { 1.0 } else { 2.0 };
+            let leg = |kind| {
+                let st = r.hop(kind, b, false, 1.0, c);
+                pipeline(Stage { each: kids * st.each, ..st }, depth, q)
+            };
+            let across = if multi { ring_all_reduce(r, (h, h), s_ch, call.chunk, c, 1.0) } else { 0.0 };
+            leg(Kind::ReduceSend) + across + leg(Kind::CopySend)
         }
         (Coll::AllToAll, _) => {
             // every peer's block out and in, all at once
