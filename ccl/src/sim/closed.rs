@@ -248,7 +248,18 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             // per channel, rounds of n pieces; each step moves one piece
             let (rounds, b) = r.pieces(count * elem / c, call.chunk);
             let stage = ring_stage(r, kind, b, (n, h), c, 1.0);
-            ring_steps(stage, rounds * (n - 1) as f64)
+            // a round starts by copying our piece into a slot (and, for an
+            // all-gather out of place, into the output); an all-gather's
+            // last step copies out without passing on
+            let copy = r.work(Kind::Copy, b);
+            let ends = match call.coll {
+                Coll::AllGather => {
+                    let placed = if call.in_place { 0.0 } else { copy };
+                    copy + placed - (r.work(Kind::CopySend, b) - copy)
+                }
+                _ => copy,
+            };
+            ring_steps(stage, rounds * (n - 1) as f64) + rounds * ends * c
         }
         (Coll::Broadcast | Coll::Reduce, Algo::Ring) => {
             let kind = if call.coll == Coll::Broadcast { Kind::CopySend } else { Kind::ReduceSend };
@@ -354,8 +365,10 @@ fn ring_all_reduce(r: &Rates, (n, hosts): (usize, usize), s_ch: f64, chunk: usiz
     let (rounds, b) = r.pieces(s_ch / n as f64, chunk);
     let stage = |kind| ring_stage(r, kind, b, (n, hosts), c, crowd);
     let steps = rounds * (n - 1) as f64;
-    // each round starts with a piece copied into a slot and ends with one copied out
-    let ends = rounds * 2.0 * r.work(Kind::Copy, b) * c;
+    // each round starts with a piece copied into a slot (its last step,
+    // a piece copied out, is the all-gather's: the reduce-scatter's last
+    // step copies out only what it has just reduced, from the cache)
+    let ends = rounds * r.work(Kind::Copy, b) * c;
     ring_steps(stage(Kind::ReduceSend), steps) + ring_steps(stage(Kind::CopySend), steps) + ends
 }
 
@@ -406,7 +419,10 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
         t += phase(Kind::ExchangeCopy);
     }
     let fold_stage = r.hop(Kind::Exchange, whole, false, 1.0, c);
-    t + fold * (fold_stage.latency + fold_stage.each)
+    // an all-gather first copies its own block into the output, a
+    // reduce-scatter last copies its reduced block there
+    let own = if coll == Coll::AllReduce { 0.0 } else { r.work(Kind::Copy, s_ch) * c };
+    t + fold * (fold_stage.latency + fold_stage.each) + own
 }
 
 /// The double binary tree (two channels, half the data on each tree) for
