@@ -209,11 +209,28 @@ fn link_bytes(call: &Call, algo: Algo, r: &Rates) -> f64 {
     let (n, h, p) = (r.n as f64, r.hosts as f64, r.per_host as f64);
     let s = (call.count * call.elem) as f64;
     let nics = (r.m.nics.max(1) as f64).min(p);
+    // a host's head in a tree over hosts: two child hosts (one where there
+    // are two hosts) and a parent (none where the root is the other host)
+    let (kids, parent) = if r.hosts > 2 { (2.0, 1.0) } else { (1.0, 0.0) };
     match (call.coll, algo) {
         (Coll::AllReduce, Algo::Ring) => 2.0 * (n - 1.0) / n * s,
         (Coll::AllReduce, Algo::RingRing) => 2.0 * (h - 1.0) / h * s / nics,
         (Coll::AllReduce, Algo::TreeRing) => 2.0 * (h - 1.0) / h * s,
-        (Coll::AllReduce, Algo::Tree) | (Coll::Broadcast | Coll::Reduce, _) => s,
+        (Coll::AllReduce, Algo::Tree) => {
+            // half the data on each tree, a host's head inner in one (its
+            // children's halves in and its parent's, or out the other way)
+            // and a leaf in the other, on the same link where the heads'
+            // local ranks share one
+            let shared = if (r.per_host - 1).is_multiple_of(r.m.nics.max(1)) { 1.0 } else { 0.0 };
+            (kids + parent + shared) * s / 2.0
+        }
+        (Coll::Broadcast | Coll::Reduce, Algo::Tree) => kids * s,
+        (Coll::Broadcast | Coll::Reduce, _) => s,
+        // halving sends half the vector at its first level, a quarter at
+        // its second, ...: the levels across hosts first; doubling the same back
+        (Coll::AllReduce, Algo::HalvingDoubling) => {
+            2.0 * s * (1.0 - 0.5f64.powf(log2_ceil(r.hosts).min((n as usize).ilog2() as f64))) * p / nics
+        }
         (Coll::AllReduce, _) => s * log2_ceil(r.hosts) * p / nics,
         (Coll::AllGather | Coll::ReduceScatter, _) => (n - 1.0) * s,
         (Coll::AllToAll, _) => (n - p) * s * p / nics,
@@ -445,7 +462,10 @@ fn tree(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f64 {
         (widen(intra), widen(across))
     };
     // a host's head takes two child hosts' pieces up and its parent's down
-    // through its link, the heads of both trees on the same one
+    // through its link, the heads of both trees on the same one (more than
+    // the bytes, `link_bytes`: the simulator holds a link for a message
+    // from its first slot to its last, which a head's children send as
+    // their own children's come in)
     let wire = |ways: f64| if h > 1 { ways * b * trees * c / r.bw } else { 0.0 };
     let leg = |kind, other, ways| {
         let (inside, across) = node(kind, other);
