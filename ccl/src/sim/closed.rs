@@ -475,8 +475,11 @@ fn tree(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f64 {
     let (up, up_each) = leg(Kind::ReduceSend, Kind::Copy, 2.0);
     let (down, down_each) = leg(Kind::CopySend, Kind::Copy, 2.0);
     let more = q.max(1.0);
-    // every rank inner in one tree and a leaf in the other, both at once
-    let both = up_each + down_each;
+    // every rank inner in one tree and a leaf in the other, both at once;
+    // on two ranks each is the root of one, which sends what it has just
+    // reduced straight back down from the cache, copying nothing more
+    let root_copy = if coll == Coll::AllReduce && n <= 2 { r.work(Kind::Copy, b) - r.m.step * r.slow } else { 0.0 };
+    let both = up_each + down_each - root_copy * c;
     match coll {
         // up and down at once: every piece passes both ways through a node
         Coll::AllReduce => up + down + more * both.max(wire(3.0)),
