@@ -282,9 +282,12 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let kind = if call.coll == Coll::Broadcast { Kind::CopySend } else { Kind::ReduceSend };
             let (q, b) = r.pieces(s_ch, call.chunk);
             let stage = ring_stage(r, kind, b, (n, h), c, 1.0);
-            pipeline(stage, (n - 1) as f64, q)
+            // a broadcast's root copies each piece into its output (out of
+            // place) and into a slot for the next rank
+            let root = if call.coll == Coll::Broadcast { root_copies(call, r, b, 1.0) * c } else { 0.0 };
+            pipeline(Stage { each: stage.each.max(root), ..stage }, (n - 1) as f64, q)
         }
-        (Coll::AllReduce | Coll::Broadcast | Coll::Reduce, Algo::Tree) => tree(call.coll, r, s_ch, call.chunk, c),
+        (Coll::AllReduce | Coll::Broadcast | Coll::Reduce, Algo::Tree) => tree(call, r, s_ch, c),
         (Coll::AllReduce, Algo::RecursiveDoubling) => {
             let (q, b) = r.pieces(s_ch, call.chunk);
             let fold = if n.is_power_of_two() { 0.0 } else { 2.0 };
@@ -445,7 +448,8 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
 /// The double binary tree (two channels, half the data on each tree) for
 /// all-reduce; one tree for broadcast and reduce. Across hosts, a tree over
 /// hosts with a chain inside each.
-fn tree(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f64 {
+fn tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
+    let (coll, chunk) = (call.coll, call.chunk);
     let (n, h, p) = (r.n, r.hosts, r.per_host);
     let (depth_intra, depth_inter) = if h > 1 { ((p - 1) as f64, log2_ceil(h)) } else { (log2_ceil(n + 1) - 1.0, 0.0) };
     let trees = if coll == Coll::AllReduce { 2.0 } else { 1.0 };
@@ -484,8 +488,22 @@ fn tree(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f64 {
         // up and down at once: every piece passes both ways through a node
         Coll::AllReduce => up + down + more * both.max(wire(3.0)),
         Coll::Reduce => up + more * up_each,
-        _ => down + more * down_each,
+        _ => {
+            // the root copies each piece into its output (out of place) and
+            // sends it to each child: one on a host (the tree hangs below
+            // it), its host's next rank and child hosts across hosts
+            let kids = if h > 1 { 1.0 + if h > 2 { 2.0 } else { 1.0 } } else { 1.0 };
+            down + more * down_each.max(root_copies(call, r, b, kids) * c)
+        }
     }
+}
+
+/// A broadcast root's work on a piece of `b` bytes: its copy into the
+/// output (out of place; in place there is nothing to copy) and one
+/// into a slot for each of `sends` peers.
+fn root_copies(call: &Call, r: &Rates, b: f64, sends: f64) -> f64 {
+    let placed = if call.in_place { 0.0 } else { 1.0 };
+    (placed + sends) * r.work(Kind::Copy, b)
 }
 
 #[cfg(test)]
