@@ -4,6 +4,7 @@
 #![cfg(feature = "mpi")]
 
 use ccl_integration::cluster::unavailable;
+use ccl_integration::run_open_mpi;
 use std::process::Command;
 
 const MATRIX: &str = env!("CARGO_BIN_EXE_coll_matrix");
@@ -14,12 +15,9 @@ fn plain_mpirun_bootstraps_through_mpi() {
     if unavailable("mpirun (apt install openmpi-bin)", !found) {
         return;
     }
-    let o = Command::new("mpirun")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .args(["--oversubscribe", "-np", "4", "-x", "CCL_DEBUG=INFO", "-x", "CCL_TIMEOUT=120", MATRIX])
-        .output()
-        .expect("mpirun");
+    let mut mpirun = Command::new("mpirun");
+    mpirun.args(["--oversubscribe", "-np", "4", "-x", "CCL_DEBUG=INFO", "-x", "CCL_TIMEOUT=120", MATRIX]);
+    let o = run_open_mpi(&mut mpirun).expect("mpirun");
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{err}");
     assert_eq!(out.matches("all collectives correct").count(), 4, "{out}");
@@ -37,15 +35,26 @@ fn ccl_perf_through_mpi() {
     let perf = ccl_integration::cclrun().with_file_name("ccl-perf");
     let json = std::env::temp_dir().join(format!("mpi-{}.json", std::process::id()));
     for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
-        let o = Command::new("mpirun")
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .args(["--oversubscribe", "-np", "3"])
-            .arg(&perf)
-            .args(["--backend", "mpi", "-C", coll, "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "--json"])
-            .arg(&json)
-            .output()
-            .expect("mpirun");
+        let mut mpirun = Command::new("mpirun");
+        mpirun.args(["--oversubscribe", "-np", "3"]).arg(&perf);
+        mpirun.args([
+            "--backend",
+            "mpi",
+            "-C",
+            coll,
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "8",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--json",
+        ]);
+        let o = run_open_mpi(mpirun.arg(&json)).expect("mpirun");
         let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         assert!(o.status.success(), "{coll}: {out}{err}");
         assert!(out.contains("backend mpi") && out.contains("# Out of bounds values : 0 OK"), "{coll}: {out}");

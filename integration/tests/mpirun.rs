@@ -4,8 +4,8 @@
 //! CCL_TEST_REQUIRE_ALL=1. `cclrun --via srun` is checked by its
 //! `--dry-run` line (no Slurm here).
 
-use ccl_integration::cclrun;
 use ccl_integration::cluster::unavailable;
+use ccl_integration::{cclrun, run_open_mpi};
 use std::process::{Command, Output};
 
 const MATRIX: &str = env!("CARGO_BIN_EXE_coll_matrix");
@@ -13,11 +13,6 @@ const MATRIX: &str = env!("CARGO_BIN_EXE_coll_matrix");
 fn no_mpirun() -> bool {
     let found = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
     unavailable("mpirun (apt install openmpi-bin)", !found)
-}
-
-/// Open MPI refuses root unless told; CI runs as root.
-fn as_root(c: &mut Command) -> &mut Command {
-    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 }
 
 fn correct(o: &Output, np: usize) {
@@ -46,15 +41,15 @@ fn mpirun_with_ccl_root() {
     }
     let secret: String = (0..16).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
     let root = format!("CCL_ROOT=127.0.0.1:{}", free_port());
-    let o = as_root(&mut Command::new("mpirun"))
-        .args(["--oversubscribe", "-np", "4", "-x", &root, "-x", &format!("CCL_SECRET={secret}"), "-x"])
-        .args(["CCL_TIMEOUT=120", MATRIX])
-        .output()
-        .expect("mpirun");
+    let o = run_open_mpi(
+        Command::new("mpirun")
+            .args(["--oversubscribe", "-np", "4", "-x", &root, "-x", &format!("CCL_SECRET={secret}"), "-x"])
+            .args(["CCL_TIMEOUT=120", MATRIX]),
+    )
+    .expect("mpirun");
     correct(&o, 4);
     // without a rendezvous, every rank says what to set
-    let o =
-        as_root(&mut Command::new("mpirun")).args(["--oversubscribe", "-np", "2", MATRIX]).output().expect("mpirun");
+    let o = run_open_mpi(Command::new("mpirun").args(["--oversubscribe", "-np", "2", MATRIX])).expect("mpirun");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("started by Open MPI as rank 1 of 2, but no rendezvous is given: set CCL_ROOT"), "{err}");
@@ -65,16 +60,13 @@ fn cclrun_via_mpirun() {
     if no_mpirun() {
         return;
     }
-    let o = as_root(&mut Command::new(cclrun()))
-        .args(["--via", "mpirun", "--oversubscribe", "-np", "3", "-x", "CCL_TIMEOUT=120", MATRIX])
-        .output()
-        .expect("cclrun");
+    let via = ["--via", "mpirun", "--oversubscribe", "-np"];
+    let o =
+        run_open_mpi(Command::new(cclrun()).args(via).args(["3", "-x", "CCL_TIMEOUT=120", MATRIX])).expect("cclrun");
     correct(&o, 3);
     // a failing rank fails the job
-    let o = as_root(&mut Command::new(cclrun()))
-        .args(["--via", "mpirun", "--oversubscribe", "-np", "2", "sh", "-c", "exit $OMPI_COMM_WORLD_RANK"])
-        .output()
-        .expect("cclrun");
+    let failing = ["2", "sh", "-c", "exit $OMPI_COMM_WORLD_RANK"];
+    let o = run_open_mpi(Command::new(cclrun()).args(via).args(failing)).expect("cclrun");
     assert!(!o.status.success());
 }
 
