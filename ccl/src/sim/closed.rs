@@ -295,9 +295,11 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let st = |inter: bool, crowd: f64| r.hop(Kind::Exchange, b, inter, crowd, c);
             let intra = st(false, 1.0);
             let across = st(true, c * (p as f64 / nics).max(1.0));
-            // each piece through every level; the pieces one after another
+            // every level exchanges the whole vector, a piece at a time; a
+            // piece across hosts waits on the network's latency, as in
+            // `halving_doubling`
             let per_piece = (inner + fold) * intra.each + outer * across.each;
-            (inner + fold) * intra.latency + outer * across.latency + q * per_piece
+            (inner + fold) * intra.latency + q * outer * across.latency + q * per_piece
         }
         (Coll::AllReduce, Algo::HalvingDoubling)
         | (Coll::ReduceScatter | Coll::AllGather, Algo::RecursiveDoubling | Algo::HalvingDoubling) => {
