@@ -289,6 +289,14 @@ pub fn simulated(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> 
 /// to time at all).
 pub const SIM_RANKS: usize = 64;
 
+/// [`predictions`] among `algos` by the closed form at any rank count, as
+/// `ccl-sim --closed` prints them: the call cut as the tuner cuts it for
+/// either model.
+#[cfg(feature = "internals")]
+pub fn estimated(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    predictions_among(call, algos, hosts, model, true)
+}
+
 /// [`predictions`] among `algos`, by the closed form or the simulator;
 /// [`Algo::Direct`] on shared buffers.
 fn predictions_among(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model, closed: bool) -> Vec<(Algo, f64)> {

@@ -12,7 +12,7 @@
 use ccl::algo::Coll;
 use ccl::sim::{Bucket, Call, Link, Model};
 use ccl::topo::Hosts;
-use ccl::tune::{ranked_on_shared, simulated};
+use ccl::tune::{estimated, ranked_on_shared, simulated};
 use ccl_examples::{busbw_factor, parse_bytes};
 use clap::Parser;
 use serde::Deserialize;
@@ -307,7 +307,7 @@ fn run(a: &Args) -> Result<(), String> {
         let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
         let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot, in_place: a.in_place };
         let times = if a.closed || a.compare {
-            closed_predictions(&call, &algos, &hosts, &model)
+            estimated(&call, &algos, &hosts, &model)
         } else if a.shared {
             ranked_on_shared(&call, a.in_place, &hosts, &model)
         } else {
@@ -359,7 +359,7 @@ fn run(a: &Args) -> Result<(), String> {
         // the tuner times calls out of place, and keeps its choice for in-place ones
         let chosen = if a.in_place && !a.shared {
             let out = Call { in_place: false, ..call };
-            if a.closed { closed_predictions(&out, &algos, &hosts, &model) } else { simulated(&out, &hosts, &model) }
+            if a.closed { estimated(&out, &algos, &hosts, &model) } else { simulated(&out, &hosts, &model) }
                 .first()
                 .map(|t| t.0)
         } else {
@@ -391,20 +391,6 @@ fn run(a: &Args) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
-}
-
-/// Every algorithm's time by the closed-form model, fastest first (ties
-/// as the tuner breaks them).
-fn closed_predictions(
-    call: &Call,
-    algos: &[ccl::algo::Algo],
-    hosts: &ccl::topo::Hosts,
-    model: &ccl::sim::Model,
-) -> Vec<(ccl::algo::Algo, f64)> {
-    let mut v: Vec<_> =
-        algos.iter().filter_map(|&al| ccl::sim::estimate(call, al, hosts, model).ok().map(|t| (al, t))).collect();
-    ccl::tune::pick_first(algos, &mut v);
-    v
 }
 
 fn main() {
