@@ -543,9 +543,12 @@ mod tests {
             for &a in Coll::AllReduce.algos() {
                 let r = ratio(&c, a, hosts, &m);
                 if !(0.9..=1.1).contains(&r) {
-                    let terms = if name_terms { blame(&c, a, hosts, &m).join(", ") } else { String::new() };
-                    let terms = if terms.is_empty() { "no one term".into() } else { terms };
-                    misses.push(format!("{a} at {bytes} B: closed / simulated {r:.2}; within 10 % without: {terms}"));
+                    let terms = match name_terms.then(|| blame(&c, a, hosts, &m).join(", ")) {
+                        None => String::new(),
+                        Some(t) if t.is_empty() => "; no one term".into(),
+                        Some(t) => format!("; within 10 % without: {t}"),
+                    };
+                    misses.push(format!("{a} at {bytes} B: closed / simulated {r:.2}{terms}"));
                 }
             }
             let by_closed = fastest(&c, |a| estimate(&c, a, hosts, &m).ok());
