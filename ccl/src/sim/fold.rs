@@ -29,8 +29,7 @@
 //! All-to-all is the same under the first symmetry too, but not its
 //! timing: every host's link takes messages from many hosts at the same
 //! moment, and the simulator serves them in rank order, which moving the
-//! ranks changes (folded, 0.8x the time of every rank at 256 KiB on 4
-//! hosts of 8). It has one algorithm, which the tuner need not time.
+//! ranks changes. It has one algorithm, which the tuner need not time.
 
 use crate::algo::{Algo, Coll};
 use crate::topo::Hosts;

@@ -282,15 +282,14 @@ impl Sim<'_> {
 }
 
 /// The most steps (all ranks timed together) one simulation may take,
-/// estimated from rank 0's schedule: about half a second. Longer
-/// schedules (a flat ring over thousands of ranks of unequal hosts, which
-/// cannot be folded) are not timed: they are errors, and the tuner does
-/// not consider them.
+/// estimated from rank 0's schedule. Longer schedules (a flat ring over
+/// thousands of ranks of unequal hosts, which cannot be folded) are not
+/// timed: they are errors, and the tuner does not consider them.
 pub const MAX_STEPS: usize = 4_000_000;
 
 /// Steps (all ranks timed together) above which a call of many pieces is
-/// timed as two shorter calls of the same pieces, a tenth of a second or
-/// so each, and its time read off the line through theirs.
+/// timed as two shorter calls of the same pieces, and its time read off
+/// the line through theirs.
 const LINE_STEPS: usize = 250_000;
 
 /// Pieces per channel the shorter of those two calls keeps at least: past
