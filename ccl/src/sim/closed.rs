@@ -140,6 +140,12 @@ impl<'a> Rates<'a> {
         st.each.max(st.latency + send / slots + take)
     }
 
+    /// Seconds a rank takes to put the first slot of a piece of `b` bytes
+    /// in its slot for the next (its channels' turns included).
+    fn send_first(&self, b: f64, c: f64) -> f64 {
+        self.work(Kind::Copy, b) * c / (b / self.slot).ceil().max(1.0)
+    }
+
     /// Bytes per piece of `count` elements cut in pieces of `chunk`.
     fn pieces(&self, bytes: f64, chunk: usize) -> (f64, f64) {
         let piece = (chunk.max(1) as f64 * self.elem).max(self.elem);
@@ -297,7 +303,10 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             // a broadcast's root copies each piece into its output (out of
             // place) and into a slot for the next rank
             let root = if call.coll == Coll::Broadcast { root_copies(call, r, b, 1.0) * c } else { 0.0 };
-            pipeline((n - 1) as f64 * stage.hop(), stage.each, q, stage.each.max(root))
+            // the first rank sends its piece's first slot; the last rank's
+            // first slot is part of its step
+            let path = r.send_first(b, c) + (n - 1) as f64 * stage.hop() - stage.first;
+            pipeline(path, stage.each, q, stage.each.max(root))
         }
         (Coll::AllReduce, Algo::Tree) => double_tree(call, r, s_ch, c),
         (Coll::Broadcast | Coll::Reduce, Algo::Tree) => rooted_tree(call, r, s_ch, c),
@@ -339,10 +348,15 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
                 // the root (which has one child) for the child served
                 // first; each further piece takes a node's work for both
                 let siblings = (kids - 1.0) * (depth - 1.0).max(0.0) * st.each;
-                pipeline(depth * st.hop() + siblings, st.each, q, st.each + (kids - 1.0) * others)
+                // (as in `tree_path`: it starts with a first slot sent, and
+                // the last node's first slot is part of its step)
+                let path = if depth > 0.0 { r.send_first(b, c) + depth * st.hop() - st.first } else { 0.0 };
+                pipeline(path + siblings, st.each, q, st.each + (kids - 1.0) * others)
             };
             let across = if multi { ring_all_reduce(r, (h, h), s_ch, call.chunk, c, 1.0) } else { 0.0 };
-            leg(Kind::ReduceSend) + across + leg(Kind::CopySend)
+            // (a tree of one level passes nothing on: its leaves only copy out)
+            let down = if depth > 1.0 { Kind::CopySend } else { Kind::Copy };
+            leg(Kind::ReduceSend) + across + leg(down)
         }
         (Coll::AllToAll, _) => {
             // every peer's block out and in, all at once
@@ -482,17 +496,22 @@ struct TreePath {
 fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64) -> TreePath {
     let (n, h, p) = (r.n, r.hosts, r.per_host);
     let si = r.hop(kind, b, false, 1.0, c);
+    // the first node sends its piece's first slot; the last node's first
+    // slot is part of its step
+    let ends = r.send_first(b, c) - si.first;
     if h < 2 {
         let levels = log2_ceil(n + 1) - 1.0;
         let root = if levels > 0.0 { si.each } else { 0.0 };
-        return TreePath { hops: levels * si.hop(), siblings: (levels - 1.0).max(0.0) * si.each, root };
+        let hops = if levels > 0.0 { ends + levels * si.hop() } else { 0.0 };
+        return TreePath { hops, siblings: (levels - 1.0).max(0.0) * si.each, root };
     }
     let sa = r.hop(kind, b, true, c, c);
     let (chain, levels) = ((p - 1) as f64, log2_ceil(h));
     let more_kids = if h > 2 { sa.each } else { 0.0 };
     let chained = if p > 1 { levels * si.each } else { 0.0 };
+    let ends = if p > 1 { ends } else { ends + si.first - sa.first };
     TreePath {
-        hops: chain * si.hop() + levels * sa.hop(),
+        hops: ends + chain * si.hop() + levels * sa.hop(),
         siblings: chained + (levels - 1.0).max(0.0) * more_kids,
         root: more_kids,
     }
@@ -526,7 +545,7 @@ fn double_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
         let thread = up.each + down.each + 2.0 * copy - (copy - r.m.step * r.slow * c);
         // (both ranks' links carry three pieces a piece)
         let wire = if multi { 3.0 * b * 2.0 * c / r.bw } else { 0.0 };
-        return up.hop() + down.hop() + more * thread.max(wire);
+        return up.latency + down.latency + more * thread.max(wire);
     }
     let (up, down) = (tree_path(r, Kind::ReduceSend, b, c), tree_path(r, Kind::CopySend, b, c));
     // a rank's thread per piece: inner in one tree (two children up, then
