@@ -250,6 +250,11 @@ fn link_bytes(call: &Call, algo: Algo, r: &Rates) -> f64 {
             2.0 * s * (1.0 - 0.5f64.powf(log2_ceil(r.hosts).min((n as usize).ilog2() as f64))) * p / nics
         }
         (Coll::AllReduce, _) => s * log2_ceil(r.hosts) * p / nics,
+        // doubling's levels across hosts are its largest: a rank sends
+        // every block but its own host's, as does each rank of a host
+        (Coll::AllGather | Coll::ReduceScatter, Algo::RecursiveDoubling | Algo::HalvingDoubling) => {
+            (n - p) * s * p / nics
+        }
         (Coll::AllGather | Coll::ReduceScatter, _) => (n - 1.0) * s,
         (Coll::AllToAll, _) => (n - p) * s * p / nics,
         _ => 0.0,
