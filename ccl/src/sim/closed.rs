@@ -309,9 +309,20 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             // place) and into a slot for the next rank
             let root = if call.coll == Coll::Broadcast { root_copies(call, r, b, 1.0) * c } else { 0.0 };
             // the first rank sends its piece's first slot; the last rank's
-            // first slot is part of its step
-            let path = r.send_first(b, c) + (n - 1) as f64 * stage.hop() - stage.first;
-            pipeline(path, stage.each, q, stage.each.max(root))
+            // first slot is part of its step. The chain's n - 1 hops leave
+            // out the ring's hop into the root (broadcast) or out of it
+            // (reduce): with the root first on its host, the one across
+            // hosts, or the one inside.
+            let inside = r.hop(kind, b, false, 1.0, c);
+            let hops = if multi {
+                let across = r.hop(kind, b, true, c, c);
+                let crossing = if call.coll == Coll::Reduce && p > 1 { h } else { h - 1 };
+                let last = if p > 1 { inside.first } else { across.first };
+                (n - 1 - crossing) as f64 * inside.hop() + crossing as f64 * across.hop() - last
+            } else {
+                (n - 1) as f64 * inside.hop() - inside.first
+            };
+            pipeline(r.send_first(b, c) + hops, stage.each, q, stage.each.max(root))
         }
         (Coll::AllReduce, Algo::Tree) => double_tree(call, r, s_ch, c),
         (Coll::Broadcast | Coll::Reduce, Algo::Tree) => rooted_tree(call, r, s_ch, c),
