@@ -287,7 +287,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let kind = if call.coll == Coll::AllGather { Kind::CopySend } else { Kind::ReduceSend };
             // per channel, rounds of n pieces; each step moves one piece
             let (rounds, b) = r.pieces(count * elem / c, call.chunk);
-            let stage = ring_stage(r, kind, b, (n, h), c, 1.0);
+            let stage = ring_stage(r, kind, b, (n, h), (c, 1.0), rounds * (n - 1) as f64);
             // a round starts by copying our piece into a slot (and, for an
             // all-gather out of place, into the output); an all-gather's
             // last step copies out without passing on
@@ -304,7 +304,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
         (Coll::Broadcast | Coll::Reduce, Algo::Ring) => {
             let kind = if call.coll == Coll::Broadcast { Kind::CopySend } else { Kind::ReduceSend };
             let (q, b) = r.pieces(s_ch, call.chunk);
-            let stage = ring_stage(r, kind, b, (n, h), c, 1.0);
+            let stage = ring_stage(r, kind, b, (n, h), (c, 1.0), 1.0);
             // a broadcast's root copies each piece into its output (out of
             // place) and into a slot for the next rank
             let root = if call.coll == Coll::Broadcast { root_copies(call, r, b, 1.0) * c } else { 0.0 };
@@ -344,7 +344,8 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
         (Coll::AllReduce, Algo::RingRing) => {
             // reduce-scatter inside, a ring all-reduce across on a shard, all-gather inside
             let (rounds, b) = r.pieces(s_ch / p as f64, call.chunk.max(1));
-            let inside = |kind| ring_steps(ring_stage(r, kind, b, (p, 1), c, 1.0), rounds * (p - 1) as f64);
+            let steps = rounds * (p - 1) as f64;
+            let inside = |kind| ring_steps(ring_stage(r, kind, b, (p, 1), (c, 1.0), steps), steps);
             let crowd = (p as f64 / nics).max(1.0);
             let across = ring_all_reduce(r, (h, h), s_ch / p as f64, call.chunk, c, crowd);
             inside(Kind::ReduceSend) + across + inside(Kind::CopySend)
@@ -405,17 +406,20 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
     }
 }
 
-/// The stage a ring moves at: as busy as its slowest hop, across hosts
-/// where it crosses them (one rank per host sends across, its channels
-/// sharing the link), and as long to reach the next rank as its hops on
-/// average (`hosts` of its `n` hops cross).
-fn ring_stage(r: &Rates, kind: Kind, b: f64, (n, hosts): (usize, usize), c: f64, crowd: f64) -> Stage {
+/// The stage a ring moves at, over `steps` steps in a row: as busy as
+/// its slowest hop, across hosts where it crosses them (one rank per host
+/// sends across, its channels sharing the link), and as long to reach the
+/// next rank as its hops on average along the slowest path of `steps`
+/// hops (which crosses hosts `ceil(steps · hosts / n)` times: once per
+/// host it passes, and once more where it starts just before a crossing).
+fn ring_stage(r: &Rates, kind: Kind, b: f64, (n, hosts): (usize, usize), (c, crowd): (f64, f64), steps: f64) -> Stage {
     let intra = r.hop(kind, b, false, 1.0, c);
     if hosts < 2 {
         return intra;
     }
     let across = r.hop(kind, b, true, c * crowd, c);
-    let f = hosts as f64 / n as f64;
+    let steps = steps.max(1.0);
+    let f = (steps * hosts as f64 / n as f64).ceil().min(steps) / steps;
     let mix = |a: f64, b: f64| a * (1.0 - f) + b * f;
     Stage {
         latency: mix(intra.latency, across.latency),
@@ -432,8 +436,9 @@ fn ring_all_reduce(r: &Rates, (n, hosts): (usize, usize), s_ch: f64, chunk: usiz
         return 0.0;
     }
     let (rounds, b) = r.pieces(s_ch / n as f64, chunk);
-    let stage = |kind| ring_stage(r, kind, b, (n, hosts), c, crowd);
     let steps = rounds * (n - 1) as f64;
+    // (the reduce-scatter's and the all-gather's steps in a row)
+    let stage = |kind| ring_stage(r, kind, b, (n, hosts), (c, crowd), 2.0 * steps);
     // each round starts with a piece copied into a slot (its last step,
     // a piece copied out, is the all-gather's: the reduce-scatter's last
     // step copies out only what it has just reduced, from the cache)
