@@ -282,7 +282,15 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             }
         }
         (Coll::AllReduce, Algo::Ring) => ring_all_reduce(r, (n, h), s_ch, call.chunk, c, 1.0),
-        (Coll::AllReduce, Algo::RingRing) if !multi => ring_all_reduce(r, (n, 1), s_ch, call.chunk, c, 1.0),
+        (Coll::AllReduce, Algo::RingRing) if !multi => {
+            // a ring all-reduce, but with all of its reduce-scatter before
+            // its all-gather: the all-gather's first copy of each round
+            // reads what was reduced long before, which a call larger than
+            // the cache has evicted (a ring's comes from its last reduction)
+            let (rounds, b) = r.pieces(s_ch / n as f64, call.chunk);
+            let cold = rounds * b / r.m.copy * r.slow * (1.0 - r.hot) * c;
+            ring_all_reduce(r, (n, 1), s_ch, call.chunk, c, 1.0) + cold
+        }
         (Coll::ReduceScatter, Algo::Ring) | (Coll::AllGather, Algo::Ring) => {
             let kind = if call.coll == Coll::AllGather { Kind::CopySend } else { Kind::ReduceSend };
             // per channel, rounds of n pieces; each step moves one piece
@@ -302,7 +310,12 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             ring_steps(stage, rounds * (n - 1) as f64) + rounds * ends * c
         }
         (Coll::Broadcast | Coll::Reduce, Algo::Ring) => {
-            let kind = if call.coll == Coll::Broadcast { Kind::CopySend } else { Kind::ReduceSend };
+            let kind = match call.coll {
+                Coll::Reduce => Kind::ReduceSend,
+                // (on two ranks the one receiving passes nothing on)
+                _ if n > 2 => Kind::CopySend,
+                _ => Kind::Copy,
+            };
             let (q, b) = r.pieces(s_ch, call.chunk);
             let stage = ring_stage(r, kind, b, (n, h), (c, 1.0), 1.0);
             // a broadcast's root copies each piece into its output (out of
@@ -322,7 +335,10 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             } else {
                 (n - 1) as f64 * inside.hop() - inside.first
             };
-            pipeline(r.send_first(b, c) + hops, stage.each, q, stage.each.max(root))
+            // (out of place, a broadcast's root copies its first piece
+            // into its output before it sends it)
+            let placed = if call.coll == Coll::Broadcast && !call.in_place { r.work(Kind::Copy, b) * c } else { 0.0 };
+            pipeline(placed + r.send_first(b, c) + hops, stage.each, q, stage.each.max(root))
         }
         (Coll::AllReduce, Algo::Tree) => double_tree(call, r, s_ch, c),
         (Coll::Broadcast | Coll::Reduce, Algo::Tree) => rooted_tree(call, r, s_ch, c),
@@ -604,15 +620,16 @@ fn rooted_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
     };
     let copy = r.work(Kind::Copy, b) * c;
     let link = link_per_piece(call, r, more);
-    let (kind, root) = if call.coll == Coll::Reduce {
-        (Kind::ReduceSend, 0.0)
+    // a broadcast's root first copies its whole input into its output (out
+    // of place), then each piece into a slot for each child: it has one on
+    // a host, and its host's next rank besides across hosts
+    let (kind, root, placed) = if call.coll == Coll::Reduce {
+        (Kind::ReduceSend, 0.0, 0.0)
     } else {
-        // the root copies each piece into its output (out of place) and
-        // into a slot for each child
-        // into a slot for each child: the root has one on a host, and its
-        // host's next rank besides across hosts
         let sends = if r.hosts > 1 && r.per_host > 1 { 2.0 } else { 1.0 };
-        (Kind::CopySend, root_copies(call, r, b, sends) * c)
+        let placed = if call.in_place { 0.0 } else { r.work(Kind::Copy, s_ch) * c };
+        // (on two ranks the one receiving passes nothing on)
+        (if r.n > 2 { Kind::CopySend } else { Kind::Copy }, sends * copy, placed)
     };
     let path = tree_path(r, kind, b, c);
     let st = r.hop(kind, b, false, 1.0, c);
@@ -627,7 +644,7 @@ fn rooted_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
     // as its slowest hop's); each further piece takes the busiest node's
     // work for all its children
     let last = if r.hosts > 1 { st.each.max(r.hop(kind, b, true, c, c).each) } else { st.each };
-    pipeline(path.hops + path.siblings, last, more, thread.max(link).max(root))
+    placed + pipeline(path.hops + path.siblings, last, more, thread.max(link).max(root))
 }
 
 /// A broadcast root's work on a piece of `b` bytes: its copy into the
