@@ -524,13 +524,17 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
 /// first child; across hosts, a host's head serves its chain's next rank,
 /// then its child hosts one after another through its link). The root,
 /// which has one child fewer, would do `.2` more were it like the others.
+/// Up (`whole` false), a head takes its chain's piece, then its child
+/// hosts'; down from a root (`whole`), it sends to its child hosts once
+/// its parent's piece is all in. The double tree's pieces down, in turn
+/// with those coming up, follow the first rule in the simulator.
 struct TreePath {
     hops: f64,
     siblings: f64,
     root: f64,
 }
 
-fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64) -> TreePath {
+fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64, whole: bool) -> TreePath {
     let (n, h, p) = (r.n, r.hosts, r.per_host);
     let si = r.hop(kind, b, false, 1.0, c);
     // the first node sends its piece's first slot; the last node's first
@@ -545,13 +549,18 @@ fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64) -> TreePath {
     let sa = r.hop(kind, b, true, c, c);
     let (chain, levels) = ((p - 1) as f64, log2_ceil(h));
     let more_kids = if h > 2 { sa.each } else { 0.0 };
-    let chained = if p > 1 { levels * si.each } else { 0.0 };
     let ends = if p > 1 { ends } else { ends + si.first - sa.first };
-    TreePath {
-        hops: ends + chain * si.hop() + levels * sa.hop(),
-        siblings: chained + (levels - 1.0).max(0.0) * more_kids,
-        root: more_kids,
-    }
+    let siblings = if !whole {
+        // up: a head takes its chain's piece, then its first child host's
+        let chained = if p > 1 { levels * si.each } else { 0.0 };
+        chained + (levels - 1.0).max(0.0) * more_kids
+    } else {
+        // (`whole`) down from a root: a head below it passes its parent's
+        // piece to its chain as it comes, and sends it on to its child
+        // hosts, one after another, once the whole of it is in
+        (levels - 1.0).max(0.0) * (si.each.max(sa.each) + more_kids)
+    };
+    TreePath { hops: ends + chain * si.hop() + levels * sa.hop(), siblings, root: more_kids }
 }
 
 /// Bytes per second and piece: the busiest network link's share of a
@@ -584,7 +593,7 @@ fn double_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
         let wire = if multi { 3.0 * b * 2.0 * c / r.bw } else { 0.0 };
         return up.latency + down.latency + more * thread.max(wire);
     }
-    let (up, down) = (tree_path(r, Kind::ReduceSend, b, c), tree_path(r, Kind::CopySend, b, c));
+    let (up, down) = (tree_path(r, Kind::ReduceSend, b, c, false), tree_path(r, Kind::CopySend, b, c, false));
     // a rank's thread per piece: inner in one tree (two children up, then
     // down to them) and a leaf in the other (a piece up, a piece down)
     let thread = 2.0 * si(Kind::ReduceSend).each + si(Kind::CopySend).each + copy + copy + si(Kind::Copy).each;
@@ -631,7 +640,7 @@ fn rooted_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
         // (on two ranks the one receiving passes nothing on)
         (if r.n > 2 { Kind::CopySend } else { Kind::Copy }, sends * copy, placed)
     };
-    let path = tree_path(r, kind, b, c);
+    let path = tree_path(r, kind, b, c, call.coll == Coll::Broadcast);
     let st = r.hop(kind, b, false, 1.0, c);
     // an inner node per piece: takes its children's in turn (reduce), or
     // takes its parent's, passing it to one child and copying it to the others
