@@ -97,6 +97,41 @@ fn ccl_sim_simulates_every_algorithm_at_4096_ranks_and_refuses_a_zero_rate() {
     assert!(err.contains("[rank] copy_gb_s = 0: must be above 0"), "{err}");
 }
 
+/// `N of M` pairs in a `ccl-sim --compare` summary line: times within 10 %
+/// and the same picks.
+fn compared(line: &str) -> Option<[(usize, usize); 2]> {
+    let nums: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    match nums[..] {
+        [w, t, _ten, s, z] => Some([(w, t), (s, z)]),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_closed_form_follows_the_simulator_on_every_shipped_topology() {
+    // every collective, 8 B - 1 GiB by 8x: the times within 10 % at 98 %
+    // of the points and the same pick at every size (issue 34's bar: 95 %)
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies");
+    let (mut within, mut points, mut same, mut sizes) = (0, 0, 0, 0);
+    let mut misses = Vec::new();
+    for f in std::fs::read_dir(&dir).expect("topologies").flatten() {
+        let path = f.path().to_string_lossy().into_owned();
+        for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"] {
+            let args = [&path, "-C", coll, "--compare", "-b", "8", "-e", "1G", "-f", "8"];
+            let out = run(env!("CARGO_BIN_EXE_ccl-sim"), &args);
+            let line = out.lines().find(|l| l.contains("within 10 %")).unwrap_or_else(|| panic!("{out}"));
+            let [(w, t), (s, z)] = compared(line).unwrap_or_else(|| panic!("{line}"));
+            if w < t || s < z {
+                misses.push(format!("{path} {coll}: {line}"));
+            }
+            (within, points, same, sizes) = (within + w, points + t, same + s, sizes + z);
+        }
+    }
+    eprintln!("{within} of {points} within 10 %, {same} of {sizes} picks\n{}", misses.join("\n"));
+    assert!(points >= 500 && within * 100 >= points * 98, "{within} of {points}: {misses:#?}");
+    assert_eq!(same, sizes, "{misses:#?}");
+}
+
 #[test]
 fn ccl_sim_reads_every_shipped_topology() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies");
