@@ -114,16 +114,18 @@ impl<'a> Rates<'a> {
     /// many channels share the receiver's thread at once.
     fn hop(&self, kind: Kind, b: f64, inter: bool, crowd: f64, busy: f64) -> Stage {
         let m = self.m;
-        // a piece moves slot by slot: the next hop starts after the first
+        // a piece moves slot by slot: the next hop starts after the first,
+        // which takes one channel's share of the work (the others' pieces,
+        // in step, came a share earlier)
         let slots = (b / self.slot).ceil().max(1.0);
         if inter {
             let wire = b * crowd / self.bw;
             let own = self.work(kind, b) * busy;
             let each = own.max(wire);
-            Stage { latency: m.inter.latency + self.wake, each, first: each / slots }
+            Stage { latency: m.inter.latency + self.wake, each, first: each / slots / busy.max(1.0) }
         } else {
             let own = (self.work(kind, b) + self.pull(b)) * busy;
-            let first = (own - self.pull(b) * busy) / slots + self.pull(b.min(self.slot)) * busy;
+            let first = self.work(kind, b) / slots + self.pull(b.min(self.slot));
             Stage { latency: m.intra.latency + self.wake, each: own, first }
         }
     }
@@ -491,7 +493,11 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
             let b = whole / (1u64 << k) as f64;
             let inter = (k as f64) <= outer;
             let crowd = if inter { c * (p as f64 / nics).max(1.0) } else { 1.0 };
-            let (q, piece) = r.pieces(b, chunk);
+            // (on several channels a channel holds a slice of every rank's
+            // block, and moves each slice in pieces of its own)
+            let blocks = if coll == Coll::AllReduce || c < 2.0 { 1.0 } else { (b / s_ch).round().max(1.0) };
+            let (q, piece) = r.pieces(b / blocks, chunk);
+            let q = q * blocks;
             // an exchange sends a piece and takes its peer's before it sends
             // the next (one piece in flight each way): across hosts each
             // pays the network's latency; inside one, as far as sending its
