@@ -375,8 +375,18 @@ fn schedule(call: &Call, algo: Algo, hosts: &Hosts, reps: usize, rank: usize) ->
     let &Call { coll, count, root, channels, chunk, in_place, .. } = call;
     let n = hosts.nranks();
     let p = Params { nranks: n, rank, count, root, channels, chunk, in_place, around: false, hosts };
-    // folded, every rank keeps its empty steps, so that they match its images'
-    let s = if reps < n { generate_keeping_empty(coll, algo, &p)? } else { generate(coll, algo, &p)? };
+    // folded, every rank keeps its empty steps, so that they match its
+    // images'; but not a channel with nothing to move, empty on every rank
+    // alike (channels split the count the same way on all)
+    let s = if reps < n {
+        let mut s = generate_keeping_empty(coll, algo, &p)?;
+        for ch in s.channels.iter_mut().filter(|ch| ch.iter().all(Step::is_empty)) {
+            ch.clear();
+        }
+        s
+    } else {
+        generate(coll, algo, &p)?
+    };
     Ok((s.channels, coll.layout(n, rank, count, root, in_place)))
 }
 
