@@ -130,16 +130,23 @@ impl<'a> Rates<'a> {
         }
     }
 
-    /// One piece of `b` bytes exchanged with a rank of the same host
-    /// (`kind` an exchange): a rank sends its piece, then takes its
-    /// peer's, whose first slot comes a latency after the peer wrote it.
-    /// Where that is longer than sending its own, the latency shows.
-    fn exchange_inside(&self, kind: Kind, b: f64, busy: f64) -> f64 {
-        let st = self.hop(kind, b, false, 1.0, busy);
+    /// One piece of `b` bytes exchanged with a peer (`kind` an exchange),
+    /// across hosts or not, on each of `busy` channels: a rank sends its
+    /// pieces, then takes its peer's, whose first slot comes a latency
+    /// after the peer wrote it (and across hosts, its last the piece's
+    /// time on the wire after that). Where that is longer than the rank's
+    /// own work, the wait shows.
+    fn exchange(&self, kind: Kind, b: f64, inter: bool, crowd: f64, busy: f64) -> f64 {
+        let st = self.hop(kind, b, inter, crowd, busy);
         let slots = (b / self.slot).ceil().max(1.0);
         let send = self.work(Kind::Copy, b);
-        let take = st.each / busy - send;
-        st.each.max(st.latency + send / slots + take)
+        // (the other channels' pieces fill the wire while one waits)
+        let (take, wire) = if inter {
+            (self.work(kind, b) - send, b * crowd / busy.max(1.0) / self.bw)
+        } else {
+            (st.each / busy - send, 0.0)
+        };
+        st.each.max(st.latency + wire.max(send / slots + take * busy))
     }
 
     /// Seconds a rank takes to put the first slot of a piece of `b` bytes
@@ -348,12 +355,10 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let (q, b) = r.pieces(s_ch, call.chunk);
             let fold = if n.is_power_of_two() { 0.0 } else { 2.0 };
             let (inner, outer) = doubling_levels(n, p, multi);
-            let across = r.hop(Kind::Exchange, b, true, c * (p as f64 / nics).max(1.0), c);
-            // every level exchanges the whole vector, a piece at a time; a
-            // piece across hosts waits on the network's latency, as in
-            // `halving_doubling`
-            let per_piece = (inner + fold) * r.exchange_inside(Kind::Exchange, b, c) + outer * across.each;
-            q * outer * across.latency + q * per_piece
+            let crowd = c * (p as f64 / nics).max(1.0);
+            // every level exchanges the whole vector, a piece at a time
+            let exchange = |inter: bool, crowd: f64| r.exchange(Kind::Exchange, b, inter, crowd, c);
+            q * ((inner + fold) * exchange(false, 1.0) + outer * exchange(true, crowd))
         }
         (Coll::AllReduce, Algo::HalvingDoubling)
         | (Coll::ReduceScatter | Coll::AllGather, Algo::RecursiveDoubling | Algo::HalvingDoubling) => {
@@ -494,20 +499,17 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
             let inter = (k as f64) <= outer;
             let crowd = if inter { c * (p as f64 / nics).max(1.0) } else { 1.0 };
             // (on several channels a channel holds a slice of every rank's
-            // block, and moves each slice in pieces of its own)
-            let blocks = if coll == Coll::AllReduce || c < 2.0 { 1.0 } else { (b / s_ch).round().max(1.0) };
+            // block, and moves each slice in pieces of its own; a block of
+            // one element stays whole, on one channel)
+            let split = coll != Coll::AllReduce && c > 1.0 && s_ch * c >= 2.0 * r.elem;
+            let blocks = if split { (b / s_ch).round().max(1.0) } else { 1.0 };
             let (q, piece) = r.pieces(b / blocks, chunk);
             let q = q * blocks;
             // an exchange sends a piece and takes its peer's before it sends
             // the next (one piece in flight each way): across hosts each
             // pays the network's latency; inside one, as far as sending its
             // own piece does not hide it
-            if inter {
-                let st = r.hop(kind, piece, inter, crowd, c);
-                t += q * (st.latency + st.each);
-            } else {
-                t += q * r.exchange_inside(kind, piece, c);
-            }
+            t += q * r.exchange(kind, piece, inter, crowd, c);
         }
         t
     };
