@@ -150,9 +150,10 @@ impl<'a> Rates<'a> {
     }
 
     /// Seconds a rank takes to put the first slot of a piece of `b` bytes
-    /// in its slot for the next (its channels' turns included).
-    fn send_first(&self, b: f64, c: f64) -> f64 {
-        self.work(Kind::Copy, b) * c / (b / self.slot).ceil().max(1.0)
+    /// in its slot for the next (on one channel: the others, in step,
+    /// follow it, as in [`Rates::hop`]).
+    fn send_first(&self, b: f64) -> f64 {
+        self.work(Kind::Copy, b) / (b / self.slot).ceil().max(1.0)
     }
 
     /// Bytes per piece of `count` elements cut in pieces of `chunk`.
@@ -345,9 +346,11 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
                 (n - 1) as f64 * inside.hop() - inside.first
             };
             // (out of place, a broadcast's root copies its first piece
-            // into its output before it sends it)
-            let placed = if call.coll == Coll::Broadcast && !call.in_place { r.work(Kind::Copy, b) * c } else { 0.0 };
-            pipeline(placed + r.send_first(b, c) + hops, stage.each, q, stage.each.max(root))
+            // into its output before it sends it; the last channel's first
+            // piece leaves once the root has done the others')
+            let placed = if call.coll == Coll::Broadcast && !call.in_place { r.work(Kind::Copy, b) } else { 0.0 };
+            let last = stage.each.max(root * (c - 1.0) / c + stage.each / c);
+            pipeline(placed + r.send_first(b) + hops, last, q, stage.each.max(root))
         }
         (Coll::AllReduce, Algo::Tree) => double_tree(call, r, s_ch, c),
         (Coll::Broadcast | Coll::Reduce, Algo::Tree) => rooted_tree(call, r, s_ch, c),
@@ -390,7 +393,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
                 let siblings = (kids - 1.0) * (depth - 1.0).max(0.0) * st.each;
                 // (as in `tree_path`: it starts with a first slot sent, and
                 // the last node's first slot is part of its step)
-                let path = if depth > 0.0 { r.send_first(b, c) + depth * st.hop() - st.first } else { 0.0 };
+                let path = if depth > 0.0 { r.send_first(b) + depth * st.hop() - st.first } else { 0.0 };
                 pipeline(path + siblings, st.each, q, st.each + (kids - 1.0) * others)
             };
             let across = if multi { ring_all_reduce(r, (h, h), s_ch, call.chunk, c, 1.0) } else { 0.0 };
@@ -547,7 +550,7 @@ fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64, whole: bool) -> TreePath {
     let si = r.hop(kind, b, false, 1.0, c);
     // the first node sends its piece's first slot; the last node's first
     // slot is part of its step
-    let ends = r.send_first(b, c) - si.first;
+    let ends = r.send_first(b) - si.first;
     if h < 2 {
         let levels = log2_ceil(n + 1) - 1.0;
         let root = if levels > 0.0 { si.each } else { 0.0 };
