@@ -529,22 +529,26 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
     t + fold * (fold_stage.latency + fold_stage.each) + own
 }
 
-/// The deepest path down (or up) a tree of pieces of `b` bytes doing
-/// `kind`: its hops, one per level, and the work a node there does first
-/// for the children served before the path's (on one host, a node's
-/// first child; across hosts, a host's head serves its chain's next rank,
-/// then its child hosts one after another through its link). The root,
-/// which has one child fewer, would do `.2` more were it like the others.
-/// Up (`whole` false), a head takes its chain's piece, then its child
-/// hosts'; down from a root (`whole`), it sends to its child hosts once
-/// its parent's piece is all in. The double tree's pieces down, in turn
-/// with those coming up, follow the first rule in the simulator.
+/// The deepest path down (or up) a tree, seconds.
 struct TreePath {
+    /// Its hops, one per level, from the first slot sent to the last
+    /// node's step.
     hops: f64,
+    /// The work its nodes do first for the children served before the
+    /// path's.
     siblings: f64,
+    /// What the root, which has one child fewer, would do besides were
+    /// it like the others.
     root: f64,
 }
 
+/// The [`TreePath`] of pieces of `b` bytes doing `kind`: on one host a
+/// node serves its first child first; across hosts, a host's head serves
+/// its chain's next rank, then its child hosts one after another through
+/// its link. Up (`whole` false), a head takes its chain's piece, then its
+/// child hosts'; down from a root (`whole`), it sends to its child hosts
+/// once its parent's piece is all in. The double tree's pieces down, in
+/// turn with those coming up, follow the first rule in the simulator.
 fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64, whole: bool) -> TreePath {
     let (n, h, p) = (r.n, r.hosts, r.per_host);
     let si = r.hop(kind, b, false, 1.0, c);
@@ -574,8 +578,8 @@ fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64, whole: bool) -> TreePath {
     TreePath { hops: ends + chain * si.hop() + levels * sa.hop(), siblings, root: more_kids }
 }
 
-/// Bytes per second and piece: the busiest network link's share of a
-/// piece (`link_bytes` over `q` pieces).
+/// Seconds the busiest network link takes per piece of a tree's `q`
+/// ([`link_bytes`] over them).
 fn link_per_piece(call: &Call, r: &Rates, q: f64) -> f64 {
     if r.hosts > 1 {
         link_bytes(call, Algo::Tree, r) / q.max(1.0) / r.bw
@@ -600,9 +604,7 @@ fn double_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
         let st = |kind| if multi { r.hop(kind, b, true, c, c) } else { si(kind) };
         let (up, down) = (st(Kind::ReduceSend), st(Kind::CopySend));
         let thread = up.each + down.each + 2.0 * copy - (copy - r.m.step * r.slow * c);
-        // (both ranks' links carry three pieces a piece)
-        let wire = if multi { 3.0 * b * 2.0 * c / r.bw } else { 0.0 };
-        return up.latency + down.latency + more * thread.max(wire);
+        return up.latency + down.latency + more * thread.max(link_per_piece(call, r, more));
     }
     let (up, down) = (tree_path(r, Kind::ReduceSend, b, c, false), tree_path(r, Kind::CopySend, b, c, false));
     // a rank's thread per piece: inner in one tree (two children up, then
