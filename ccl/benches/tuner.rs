@@ -45,7 +45,7 @@ fn bench(c: &mut Criterion) {
     for bytes in [8usize, 1 << 30] {
         let call = call(bytes);
         g.bench_with_input(BenchmarkId::new(format!("{bytes} B"), 4096), &bytes, |b, _| {
-            b.iter(|| ccl::tune::simulated(black_box(&call), &hosts, &model))
+            b.iter(|| ccl::tune::simulated(black_box(&call), Coll::AllReduce.algos(), &hosts, &model))
         });
     }
     g.finish();

@@ -275,11 +275,11 @@ pub fn predictions(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)
     predictions_among(call, &candidates(call.coll, None), hosts, model, closed)
 }
 
-/// [`predictions`] by the simulator at any rank count, as `ccl-sim`
-/// prints them.
+/// [`predictions`] among `algos` by the simulator at any rank count, as
+/// `ccl-sim` prints them ([`Algo::Direct`] on shared buffers).
 #[cfg(feature = "internals")]
-pub fn simulated(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
-    predictions_among(call, &candidates(call.coll, None), hosts, model, false)
+pub fn simulated(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    predictions_among(call, algos, hosts, model, false)
 }
 
 /// Ranks up to which the tuner times calls with the simulator; above, with

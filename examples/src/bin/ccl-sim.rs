@@ -311,10 +311,10 @@ fn run(a: &Args) -> Result<(), String> {
         } else if a.shared {
             ranked_on_shared(&call, a.in_place, &hosts, &model)
         } else {
-            simulated(&call, &hosts, &model)
+            simulated(&call, &algos, &hosts, &model)
         };
         if a.compare {
-            let sim = simulated(&call, &hosts, &model);
+            let sim = simulated(&call, &algos, &hosts, &model);
             out!(o, "  {bytes:>12} {count:>12}");
             for al in &algos {
                 let c = times.iter().find(|t| t.0 == *al).map(|t| t.1);
@@ -359,7 +359,7 @@ fn run(a: &Args) -> Result<(), String> {
         // the tuner times calls out of place, and keeps its choice for in-place ones
         let chosen = if a.in_place && !a.shared {
             let out = Call { in_place: false, ..call };
-            if a.closed { estimated(&out, &algos, &hosts, &model) } else { simulated(&out, &hosts, &model) }
+            if a.closed { estimated(&out, &algos, &hosts, &model) } else { simulated(&out, &algos, &hosts, &model) }
                 .first()
                 .map(|t| t.0)
         } else {
