@@ -419,17 +419,34 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let st = r.hop(Kind::Copy, s, inter, 1.0, 1.0);
             st.latency + st.each + r.work(Kind::Copy, s)
         }
-        // a direct call on shared buffers: every rank reduces or copies its
-        // share of every rank's data, fetched from the other cores
-        (_, _) => {
-            let bytes = match call.coll {
-                Coll::AllGather => s * (n - 1) as f64,
-                _ => s,
-            };
-            let each = r.work(Kind::Exchange, bytes) + r.pull(bytes * (n - 1) as f64 / n as f64);
-            2.0 * r.m.intra.latency + each
-        }
+        (_, _) => direct(call, r),
     }
+}
+
+/// A direct call on shared buffers ([`crate::algo::shared`]): between two
+/// fences, every rank reduces its share of every rank's data and copies
+/// the result into every output, or copies its block into them, block by
+/// block, reading and writing the other cores' memory.
+fn direct(call: &Call, r: &Rates) -> f64 {
+    let m = r.m;
+    let n = r.n as f64;
+    let s = call.count as f64 * r.elem;
+    // reductions and copies of `each` bytes, per block of its own; a copy
+    // into the output that the first reduction then reads is part of it
+    let (reduces, copies, each) = match call.coll {
+        Coll::AllReduce => (n - 1.0, n - 1.0, s / n),
+        Coll::ReduceScatter => (n - 1.0, 0.0, s),
+        Coll::AllGather if call.in_place => (0.0, n - 1.0, s),
+        Coll::AllGather => (0.0, n, s),
+        _ => (0.0, n - 1.0, s / n),
+    };
+    // (only the copies to the other ranks' outputs cross cores)
+    let remote = (reduces + copies.min(n - 1.0)) * each;
+    let blocks = (each / (call.chunk.max(1) as f64 * r.elem)).ceil().max(1.0);
+    let steps = blocks * (reduces + copies + if reduces > 0.0 { 1.0 } else { 0.0 });
+    let work = (steps * m.step + reduces * each / m.reduce + copies * each / m.copy) * r.slow;
+    let fence = 2.0 * log2_ceil(r.n) * (m.intra.latency + m.step * r.slow + r.wake);
+    fence + work + remote / r.fetch
 }
 
 /// The stage a ring moves at, over `steps` steps in a row: as busy as
