@@ -149,6 +149,20 @@ impl<'a> Rates<'a> {
         st.each.max(st.latency + wire.max(send / slots + take * busy))
     }
 
+    /// Recursive doubling or halving on a rank count that is not a power
+    /// of two: an extra rank sends its `into` bytes to its partner, which
+    /// reduces them into its own, in pieces; after the levels the partner
+    /// sends `out` bytes back, which the extra copies out. The other ranks
+    /// wait on both.
+    fn fold(&self, into: f64, out: f64, chunk: usize, busy: f64) -> f64 {
+        let one_way = |kind: Kind, bytes: f64| {
+            let (q, b) = self.pieces(bytes, chunk);
+            let st = self.hop(kind, b, false, 1.0, busy);
+            self.send_first(b) + st.latency + q * st.each
+        };
+        one_way(Kind::ReduceSend, into) + one_way(Kind::Copy, out)
+    }
+
     /// Seconds a rank takes to put the first slot of a piece of `b` bytes
     /// in its slot for the next (on one channel: the others, in step,
     /// follow it, as in [`Rates::hop`]).
@@ -356,12 +370,12 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
         (Coll::Broadcast | Coll::Reduce, Algo::Tree) => rooted_tree(call, r, s_ch, c),
         (Coll::AllReduce, Algo::RecursiveDoubling) => {
             let (q, b) = r.pieces(s_ch, call.chunk);
-            let fold = if n.is_power_of_two() { 0.0 } else { 2.0 };
             let (inner, outer) = doubling_levels(n, p, multi);
             let crowd = c * (p as f64 / nics).max(1.0);
             // every level exchanges the whole vector, a piece at a time
             let exchange = |inter: bool, crowd: f64| r.exchange(Kind::Exchange, b, inter, crowd, c);
-            q * ((inner + fold) * exchange(false, 1.0) + outer * exchange(true, crowd))
+            let fold = if n.is_power_of_two() { 0.0 } else { r.fold(s_ch, s_ch, call.chunk, c) };
+            q * (inner * exchange(false, 1.0) + outer * exchange(true, crowd)) + fold
         }
         (Coll::AllReduce, Algo::HalvingDoubling)
         | (Coll::ReduceScatter | Coll::AllGather, Algo::RecursiveDoubling | Algo::HalvingDoubling) => {
@@ -539,11 +553,17 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
     if matches!(coll, Coll::AllReduce | Coll::AllGather) {
         t += phase(Kind::ExchangeCopy);
     }
-    let fold_stage = r.hop(Kind::Exchange, whole, false, 1.0, c);
+    // an extra rank's data in: all of it, or (all-gather) its block; the
+    // result out: all of it, or (reduce-scatter) its block
+    let folded = match coll {
+        Coll::AllGather => r.fold(s_ch, whole, chunk, c),
+        Coll::ReduceScatter => r.fold(whole, s_ch, chunk, c),
+        _ => r.fold(whole, whole, chunk, c),
+    };
     // an all-gather first copies its own block into the output, a
     // reduce-scatter last copies its reduced block there
     let own = if coll == Coll::AllReduce { 0.0 } else { r.work(Kind::Copy, s_ch) * c };
-    t + fold * (fold_stage.latency + fold_stage.each) + own
+    t + if fold > 0.0 { folded } else { 0.0 } + own
 }
 
 /// The deepest path down (or up) a tree, seconds.
