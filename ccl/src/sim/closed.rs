@@ -396,7 +396,8 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             // to one and copying it to the other), a ring across the
             // heads, down again
             let (q, b) = r.pieces(s_ch, call.chunk);
-            let depth = log2_ceil(p + 1) - 1.0;
+            // (the in-order tree over p positions: ceil(log2 p) levels)
+            let depth = log2_ceil(p);
             let kids = if p <= 2 { 1.0 } else { 2.0 };
             let leg = |kind| {
                 let st = r.hop(kind, b, false, 1.0, c);
@@ -593,7 +594,8 @@ fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64, whole: bool) -> TreePath {
     // slot is part of its step
     let ends = r.send_first(b) - si.first;
     if h < 2 {
-        let levels = log2_ceil(n + 1) - 1.0;
+        // (the in-order tree over n positions: ceil(log2 n) levels)
+        let levels = log2_ceil(n);
         let root = if levels > 0.0 { si.each } else { 0.0 };
         let hops = if levels > 0.0 { ends + levels * si.hop() } else { 0.0 };
         return TreePath { hops, siblings: (levels - 1.0).max(0.0) * si.each, root };
