@@ -457,7 +457,8 @@ fn direct(call: &Call, r: &Rates) -> f64 {
     };
     // (only the copies to the other ranks' outputs cross cores)
     let remote = (reduces + copies.min(n - 1.0)) * each;
-    let blocks = (each / (call.chunk.max(1) as f64 * r.elem)).ceil().max(1.0);
+    // (reductions go block by block; copies alone, one step per output)
+    let blocks = if reduces > 0.0 { (each / (call.chunk.max(1) as f64 * r.elem)).ceil().max(1.0) } else { 1.0 };
     let steps = blocks * (reduces + copies + if reduces > 0.0 { 1.0 } else { 0.0 });
     let work = (steps * m.step + reduces * each / m.reduce + copies * each / m.copy) * r.slow;
     let fence = 2.0 * log2_ceil(r.n) * (m.intra.latency + m.step * r.slow + r.wake);
