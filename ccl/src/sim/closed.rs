@@ -17,8 +17,10 @@
 //! for the children served before it.
 
 use super::{Call, Model};
+use crate::algo::doubling::Fold;
 use crate::algo::{Algo, Coll};
 use crate::topo::Hosts;
+use std::cell::OnceCell;
 
 /// What one step of a schedule does with its bytes (the simulator's
 /// `work` by step kind).
@@ -40,6 +42,11 @@ enum Kind {
 /// The model's rates as they apply to a call on `hosts`.
 struct Rates<'a> {
     m: &'a Model,
+    layout: &'a Hosts,
+    /// Recursive doubling's ranks and extras.
+    fold: Fold,
+    /// Its levels' links ([`Rates::doubling`]), once asked.
+    levels: OnceCell<Vec<(bool, f64)>>,
     /// Ranks, hosts, and ranks on the largest host.
     n: usize,
     hosts: usize,
@@ -62,12 +69,15 @@ struct Rates<'a> {
 }
 
 impl<'a> Rates<'a> {
-    fn new(call: &Call, hosts: &Hosts, m: &'a Model, bw: f64) -> Self {
+    fn new(call: &Call, hosts: &'a Hosts, m: &'a Model, bw: f64) -> Self {
         let sizes = hosts.sizes();
         let per_host = sizes.iter().copied().max().unwrap_or(1).max(1);
         let on = m.on_host(per_host, (call.count * call.elem) as f64);
         Rates {
             m,
+            layout: hosts,
+            fold: Fold::new(hosts.nranks()),
+            levels: OnceCell::new(),
             n: hosts.nranks(),
             hosts: sizes.len().max(1),
             per_host,
@@ -153,20 +163,74 @@ impl<'a> Rates<'a> {
     /// of two: an extra rank sends its `into` bytes to its partner, which
     /// reduces them into its own, in pieces; after the levels the partner
     /// sends `out` bytes back, which the extra copies out. The other ranks
-    /// wait on both.
-    fn fold(&self, into: f64, out: f64, chunk: usize, busy: f64) -> f64 {
+    /// wait on both, over `phases` of levels (one, or halving then
+    /// doubling). Extra `2j` and partner `2j + 1` (for `j` below the ranks
+    /// beyond the power of two) are on two hosts where a host boundary
+    /// falls between them: hosts of an odd rank count.
+    fn fold(&self, into: f64, out: f64, chunk: usize, busy: f64, phases: usize) -> f64 {
+        let Fold { p2, rem } = self.fold;
+        let on = |r: usize| self.layout.host_of(r);
+        let inter = (0..rem).any(|j| on(2 * j) != on(2 * j + 1));
+        let latency = self.hop(Kind::Copy, 0.0, inter, busy, busy).latency;
         let one_way = |kind: Kind, bytes: f64| {
             let (q, b) = self.pieces(bytes, chunk);
-            let st = self.hop(kind, b, false, 1.0, busy);
+            let st = self.hop(kind, b, inter, busy, busy);
             self.send_first(b) + st.latency + q * st.each
         };
-        // (a partner sharing a core takes the first level's piece, sent
-        // meanwhile, with the core it got back for the extra's; read off
-        // the simulator: this shortens the call where at most half the
-        // doubling's ranks are partners)
-        let p2 = 1usize << self.n.max(1).ilog2();
-        let hidden = if 2 * (self.n - p2) <= p2 { self.wake } else { 0.0 };
+        // A partner finds a level's piece from a peer without an extra
+        // already there, which the extra's made it wait for. Counting a
+        // latency per hand-off, partners start one behind, a level pairing
+        // two ranks a apart leaves both max(a, b + 1), and partners end one
+        // later: the levels and the fold take levels + 1 latencies where at
+        // most half the doubling's ranks are partners, else levels + 2
+        // (checked for 3 to 300 ranks); with a second phase after the
+        // first, levels + 2 at any count.
+        let hidden = if phases == 1 && 2 * rem <= p2 { latency } else { 0.0 };
         one_way(Kind::ReduceSend, into) + one_way(Kind::Copy, out) - hidden
+    }
+
+    /// Per level of recursive doubling (new ranks `2^k` apart after the
+    /// fold): whether it crosses hosts, and how many ranks of the busiest
+    /// host cross. Without extras, on hosts of a power of two ranks, the
+    /// hosts are taken to be blocks, as elsewhere: a level crosses from a
+    /// host's ranks on, with all of them. Otherwise the pairs are looked
+    /// up, as the fold moves new ranks off the blocks' bounds and leaves
+    /// the extras out; on hosts that are blocks only those of levels
+    /// shorter than the largest host, as every longer one crosses with
+    /// each host's ranks but its extras.
+    fn doubling(&self) -> &[(bool, f64)] {
+        self.levels.get_or_init(|| {
+            let f = self.fold;
+            let levels = f.p2.trailing_zeros();
+            if f.rem == 0 && self.per_host.is_power_of_two() {
+                return (0..levels).map(|k| ((1 << k) >= self.per_host, self.per_host as f64)).collect();
+            }
+            let groups = self.layout.groups();
+            let blocks = groups.iter().all(|g| g.last().is_some_and(|&l| l + 1 - g[0] == g.len()));
+            let taking_part = |g: &Vec<usize>| {
+                // extras are the even ranks below 2 rem
+                let extras = (g[0]..(g[0] + g.len()).min(2 * f.rem)).filter(|r| r % 2 == 0).count();
+                g.len() - extras
+            };
+            let all = groups.iter().map(taking_part).max().unwrap_or(0) as f64;
+            let on: Vec<usize> = (0..f.p2).map(|j| self.layout.host_of(f.rank_of(j))).collect();
+            let mut crossing = vec![0u32; self.hosts];
+            (0..levels)
+                .map(|k| {
+                    if blocks && (1 << k) >= self.per_host {
+                        return (self.hosts > 1, all);
+                    }
+                    crossing.fill(0);
+                    for (j, &h) in on.iter().enumerate() {
+                        if on[j ^ (1 << k)] != h {
+                            crossing[h.min(self.hosts - 1)] += 1;
+                        }
+                    }
+                    let most = crossing.iter().copied().max().unwrap_or(0);
+                    (most > 0, most as f64)
+                })
+                .collect()
+        })
     }
 
     /// Seconds a rank takes to put the first slot of a piece of `b` bytes
@@ -376,16 +440,18 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
         (Coll::Broadcast | Coll::Reduce, Algo::Tree) => rooted_tree(call, r, s_ch, c),
         (Coll::AllReduce, Algo::RecursiveDoubling) => {
             let (q, b) = r.pieces(s_ch, call.chunk);
-            let (inner, outer) = doubling_levels(n, p, multi);
-            let crowd = c * (p as f64 / nics).max(1.0);
             // every level exchanges the whole vector, a piece at a time
-            let exchange = |inter: bool, crowd: f64| r.exchange(Kind::Exchange, b, inter, crowd, c);
-            let fold = if n.is_power_of_two() { 0.0 } else { r.fold(s_ch, s_ch, call.chunk, c) };
-            q * (inner * exchange(false, 1.0) + outer * exchange(true, crowd)) + fold
+            let exchange = |&(inter, ranks): &(bool, f64)| {
+                let crowd = if inter { c * (ranks / nics).max(1.0) } else { 1.0 };
+                r.exchange(Kind::Exchange, b, inter, crowd, c)
+            };
+            let levels: f64 = r.doubling().iter().map(exchange).sum();
+            let fold = if n.is_power_of_two() { 0.0 } else { r.fold(s_ch, s_ch, call.chunk, c, 1) };
+            q * levels + fold
         }
         (Coll::AllReduce, Algo::HalvingDoubling)
         | (Coll::ReduceScatter | Coll::AllGather, Algo::RecursiveDoubling | Algo::HalvingDoubling) => {
-            halving_doubling(call.coll, r, s_ch, call.chunk, multi, c)
+            halving_doubling(call.coll, r, s_ch, call.chunk, c)
         }
         (Coll::AllReduce, Algo::RingRing) => {
             // reduce-scatter inside, a ring all-reduce across on a shard, all-gather inside
@@ -511,35 +577,33 @@ fn ring_all_reduce(r: &Rates, (n, hosts): (usize, usize), s_ch: f64, chunk: usiz
     ring_steps(stage(Kind::ReduceSend), steps) + ring_steps(stage(Kind::CopySend), steps) + ends
 }
 
-/// Levels of recursive doubling among ranks of one host, and across hosts.
-fn doubling_levels(n: usize, per_host: usize, multi: bool) -> (f64, f64) {
-    let all = (n.max(1) as f64).log2().floor();
-    let inner = if multi { (per_host.max(1) as f64).log2().floor().min(all) } else { all };
-    (inner, all - inner)
-}
-
 /// Recursive halving (reduce-scatter), doubling (all-gather), or both
-/// (all-reduce): at level `k` a rank exchanges `s / 2^k` bytes.
-fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool, c: f64) -> f64 {
+/// (all-reduce): at level `k` a rank exchanges `s / 2^k` bytes of the
+/// all-reduce's vector, or the blocks that new ranks `p2 / 2^k` apart
+/// hold, each of which the fold gave two (the first `rem`).
+fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f64 {
     let n = r.n;
-    let p = r.per_host;
     let nics = r.m.nics.max(1) as f64;
-    let (inner, outer) = doubling_levels(n, p, multi);
-    let levels = (inner + outer) as usize;
+    let levels = r.doubling().len();
     let fold = if n.is_power_of_two() { 0.0 } else { 2.0 };
     // the whole vector (all-gather and reduce-scatter count per rank)
     let whole = match coll {
         Coll::AllReduce => s_ch,
         _ => s_ch * n as f64,
     };
+    let Fold { p2, rem } = r.fold;
     let mut t = 0.0;
     let phase = |kind: Kind| {
         let mut t = 0.0;
         for k in 1..=levels {
-            // the outer levels come first when halving: sizes halve from the whole
-            let b = whole / (1u64 << k) as f64;
-            let inter = (k as f64) <= outer;
-            let crowd = if inter { c * (p as f64 / nics).max(1.0) } else { 1.0 };
+            // halving from the whole, new ranks p2 / 2^k apart
+            let d = p2 >> k;
+            let b = match coll {
+                Coll::AllReduce => whole / (1u64 << k) as f64,
+                _ => s_ch * (d + d.min(rem)) as f64,
+            };
+            let (inter, ranks) = r.doubling()[levels - k];
+            let crowd = if inter { c * (ranks / nics).max(1.0) } else { 1.0 };
             // (on several channels a channel holds a slice of every rank's
             // block, and moves each slice in pieces of its own; a block of
             // one element stays whole, on one channel)
@@ -564,9 +628,9 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, multi: bool,
     // an extra rank's data in: all of it, or (all-gather) its block; the
     // result out: all of it, or (reduce-scatter) its block
     let folded = match coll {
-        Coll::AllGather => r.fold(s_ch, whole, chunk, c),
-        Coll::ReduceScatter => r.fold(whole, s_ch, chunk, c),
-        _ => r.fold(whole, whole, chunk, c),
+        Coll::AllGather => r.fold(s_ch, whole, chunk, c, 1),
+        Coll::ReduceScatter => r.fold(whole, s_ch, chunk, c, 1),
+        _ => r.fold(whole, whole, chunk, c, 2),
     };
     // an all-gather first copies its own block into the output, a
     // reduce-scatter last copies its reduced block there
@@ -845,6 +909,41 @@ mod tests {
         };
         assert!(matches!(pick(8), Algo::RecursiveDoubling | Algo::Tree), "{:?}", pick(8));
         assert_eq!(pick(1 << 30), Algo::RingRing);
+    }
+
+    #[test]
+    fn doubling_folded_for_extra_ranks_follows_the_simulator() {
+        // rank counts that are not powers of two: the fold's pairs across
+        // hosts, the levels it moves off the host blocks' bounds, the blocks
+        // a partner holds twice; and on ranks sharing 2 cores, a partner's
+        // first level hidden behind its wake-up
+        let this = Model::DEFAULT.with_cores(2);
+        let cases = [
+            (Hosts::blocks(&[1; 3]), vec![8, 128 << 20]),
+            (Hosts::blocks(&[2; 3]), vec![8, 128 << 20]),
+            (Hosts::blocks(&[4; 3]), vec![8, 128 << 20]),
+            (Hosts::blocks(&[5]), vec![8 * 5]),
+            (Hosts::blocks(&[6]), vec![8 * 6]),
+            (Hosts::blocks(&[12]), vec![8 * 12]),
+        ];
+        let mut misses = Vec::new();
+        for (hosts, sizes) in &cases {
+            for &bytes in sizes {
+                for (coll, algo) in [
+                    (Coll::AllReduce, Algo::RecursiveDoubling),
+                    (Coll::AllGather, Algo::RecursiveDoubling),
+                    (Coll::ReduceScatter, Algo::HalvingDoubling),
+                ] {
+                    let per_rank = if coll == Coll::AllReduce { bytes } else { bytes / hosts.nranks() };
+                    let c = Call { slot: 16 << 10, ..call(coll, per_rank) };
+                    let r = ratio(&c, algo, hosts, &this);
+                    if !(0.9..=1.1).contains(&r) {
+                        misses.push(format!("{coll} {algo} on {:?}, {bytes} B: {r:.2}", hosts.sizes()));
+                    }
+                }
+            }
+        }
+        assert!(misses.is_empty(), "closed / simulated beyond 10 %:\n{}", misses.join("\n"));
     }
 
     #[test]
