@@ -227,9 +227,9 @@ fn ccl_sim_ends_quietly_when_its_reader_goes_away_and_reports_other_write_errors
 #[test]
 fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
     // Model::DEFAULT and ccl/topologies/this-machine-shm.toml carry the same
-    // fitted figures: ccl-sim's picks and times for the file (out of place
-    // and in place) are the tuner's for the default model on 2 cores, with
-    // 2 ranks and with 4 sharing them
+    // fitted figures: ccl-sim's closed-form picks and times for the file
+    // (out of place and in place) are the tuner's for the default model on
+    // 2 cores, with 2 ranks and with 4 sharing them
     use ccl::algo::Coll;
     use ccl::sim::{Call, Model};
     use ccl::topo::Hosts;
@@ -241,7 +241,8 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
         let ring =
             ccl::Config::default().on_machine(&ccl::machine::Machine { ranks, cpus: 2, llc: None }).slots_on(&hosts);
         let (topo, ranks_arg) = (topo.to_string_lossy(), ranks.to_string());
-        let mut args = vec![&*topo, "--ranks-per-host", &ranks_arg, "-b", "8", "-e", "64M", "-f", "8", "--times"];
+        let mut args =
+            vec![&*topo, "--ranks-per-host", &ranks_arg, "-b", "8", "-e", "64M", "-f", "8", "--times", "--closed"];
         if in_place {
             args.push("--in-place");
         }

@@ -2,21 +2,20 @@
 //!
 //! The cost model decides: for the first call of each collective, element
 //! size and size class (a power of two of bytes), every algorithm that
-//! implements the collective is timed by the simulator ([`crate::sim`]) on
-//! this communicator's hosts (by the closed-form model above
-//! [`SIM_RANKS`] ranks), under the job's model (its network link
-//! measured at start-up when there are several hosts), and the fastest is
-//! kept for every later call of that class, in place or not. It times the
-//! calls out of place: in place, where a rank's reductions and copies find
-//! what it has just sent still in its cache, the model puts recursive
-//! doubling 4 % ahead of ring on 2 ranks from 8 MiB, closer than it can
-//! tell apart, and measured ring was ahead (2 ranks here in place, medians
-//! of 16 alternating runs: 8, 16 and 32 MiB 5, 9 and 1 % ahead, 64 MiB 4 %
-//! behind; in 2 runs with the vCPUs far apart, 8-17 % ahead). Every rank
-//! computes the same choice from the same inputs. Forced choices
-//! (`CCL_ALGO`, `CCL_NCHANNELS`, `CCL_CHUNKSIZE`) win where they apply. The piece size never exceeds half
-//! a connection's slots, the condition under which the verifier proves
-//! every schedule deadlock-free. A tuning file (`CCL_TUNE_FILE`, see
+//! implements the collective is priced by the closed-form model
+//! ([`crate::sim::estimate`], microseconds at any rank count, held to the
+//! simulator's times and picks by tests) on this communicator's hosts,
+//! under the job's model (its network link measured at start-up when
+//! there are several hosts), and the fastest is kept for every later call
+//! of that class, in place or not. It times the calls out of place: in
+//! place, where a rank's reductions and copies find what it has just sent
+//! still in its cache, the model puts recursive doubling a little ahead of
+//! ring on 2 ranks from 8 MiB, closer than it can tell apart, and measured
+//! ring was ahead (`bench/results/tuner-ties.md`). Every rank computes the
+//! same choice from the same inputs. Forced choices (`CCL_ALGO`,
+//! `CCL_NCHANNELS`, `CCL_CHUNKSIZE`) win where they apply. The piece size
+//! never exceeds half a connection's slots, the condition under which the
+//! verifier proves every schedule deadlock-free. A tuning file (`CCL_TUNE_FILE`, see
 //! [`Rules`]) of measured choices is consulted before the model.
 
 mod rules;
@@ -239,10 +238,10 @@ impl Tuner {
 /// Predictions this close to the fastest (a fraction of it) are ties: the
 /// model, fitted to within 25 % of measured times, cannot rank them; a tie
 /// goes to the algorithm listed first for the collective (ring before the
-/// others). On 2 ranks the double tree and ring move the same bytes; the
-/// model put tree 0.5 % ahead at 2 MiB, measured it was 5-20 % behind. Not
-/// wider: at 32 KiB it put recursive doubling 1.5 % ahead of ring, and
-/// measured ring was 16-56 % behind in each of 7 runs.
+/// others). On 2 ranks the double tree and ring move the same bytes, and
+/// measured, tree was behind where the model put it just ahead; the
+/// margin is no wider because just beyond it, measured, the model's pick
+/// was the faster (`bench/results/tuner-ties.md`).
 pub const TIE: f64 = 0.01;
 
 /// The algorithms a call may run: its collective's, and first
@@ -271,8 +270,7 @@ pub fn shared_block(elem: usize) -> usize {
 /// under `model`, the tuner's pick first (the fastest, or the first listed
 /// of those within [`TIE`] of it), then the others fastest first.
 pub fn predictions(call: &Call, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
-    let closed = hosts.nranks() > SIM_RANKS;
-    predictions_among(call, &candidates(call.coll, None), hosts, model, closed)
+    predictions_among(call, &candidates(call.coll, None), hosts, model, true)
 }
 
 /// [`predictions`] among `algos` by the simulator at any rank count, as
@@ -282,16 +280,8 @@ pub fn simulated(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> V
     predictions_among(call, algos, hosts, model, false)
 }
 
-/// Ranks up to which the tuner times calls with the simulator; above, with
-/// the closed-form model ([`crate::sim::estimate`]), whose cost does not
-/// grow with the ranks, where the simulator's grows with ranks × steps
-/// (seconds per size class at thousands of ranks, and flat rings too long
-/// to time at all).
-pub const SIM_RANKS: usize = 64;
-
-/// [`predictions`] among `algos` by the closed form at any rank count, as
-/// `ccl-sim --closed` prints them: the call cut as the tuner cuts it for
-/// either model.
+/// [`predictions`] among `algos`, as `ccl-sim --closed` prints them: the
+/// call cut as the tuner cuts it for either model.
 #[cfg(feature = "internals")]
 pub fn estimated(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
     predictions_among(call, algos, hosts, model, true)
@@ -318,11 +308,21 @@ fn predictions_among(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model, 
 }
 
 /// [`ranked`] for a call on shared buffers, in place or not: its
-/// collective's algorithms timed out of place, reading and writing the
-/// peers' buffers as the call would.
+/// collective's algorithms timed out of place, and [`Algo::Direct`]
+/// reading and writing the peers' buffers as the call would.
 pub fn ranked_on_shared(call: &Call, in_place: bool, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    ranked_on_shared_by(call, in_place, hosts, model, true)
+}
+
+/// [`ranked_on_shared`] by the simulator, as `ccl-sim --shared` prints it.
+#[cfg(feature = "internals")]
+pub fn simulated_on_shared(call: &Call, in_place: bool, hosts: &Hosts, model: &Model) -> Vec<(Algo, f64)> {
+    ranked_on_shared_by(call, in_place, hosts, model, false)
+}
+
+/// [`ranked_on_shared`] by the closed form or the simulator.
+fn ranked_on_shared_by(call: &Call, in_place: bool, hosts: &Hosts, model: &Model, closed: bool) -> Vec<(Algo, f64)> {
     let out = Call { in_place: false, ..*call };
-    let closed = hosts.nranks() > SIM_RANKS;
     let mut times = predictions_among(&out, call.coll.algos(), hosts, model, closed);
     if call.coll.on_shared(in_place) {
         let direct = predictions_among(&Call { in_place, ..*call }, &[Algo::Direct], hosts, model, closed);

@@ -12,7 +12,7 @@
 use ccl::algo::Coll;
 use ccl::sim::{Bucket, Call, Link, Model};
 use ccl::topo::Hosts;
-use ccl::tune::{estimated, ranked_on_shared, simulated};
+use ccl::tune::{estimated, ranked_on_shared, simulated, simulated_on_shared};
 use ccl_examples::{busbw_factor, parse_bytes};
 use clap::Parser;
 use serde::Deserialize;
@@ -93,7 +93,8 @@ struct Args {
     /// place, as the tuner times them
     #[arg(long)]
     shared: bool,
-    /// Predict with the closed-form cost model instead of the simulator
+    /// Predict with the closed-form cost model, which the tuner uses,
+    /// instead of the simulator
     #[arg(long)]
     closed: bool,
     /// Print, per algorithm, the closed form's time over the simulator's,
@@ -274,9 +275,7 @@ fn run(a: &Args) -> Result<(), String> {
         if a.compare {
             "the closed form over the simulator (time ratio)"
         } else if a.closed {
-            "the closed-form model"
-        } else if a.shared && n > ccl::tune::SIM_RANKS {
-            "the closed-form model, as the tuner at this many ranks"
+            "the closed-form model, as the tuner prices them"
         } else {
             "the simulator"
         },
@@ -306,10 +305,12 @@ fn run(a: &Args) -> Result<(), String> {
         };
         let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
         let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot, in_place: a.in_place };
-        let times = if a.closed || a.compare {
+        let times = if a.shared && a.closed {
+            ranked_on_shared(&call, a.in_place, &hosts, &model)
+        } else if a.closed || a.compare {
             estimated(&call, &algos, &hosts, &model)
         } else if a.shared {
-            ranked_on_shared(&call, a.in_place, &hosts, &model)
+            simulated_on_shared(&call, a.in_place, &hosts, &model)
         } else {
             simulated(&call, &algos, &hosts, &model)
         };
