@@ -799,7 +799,7 @@ fn root_copies(call: &Call, r: &Rates, b: f64, sends: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::{simulate, Link};
+    use crate::sim::{closed_over_simulated, simulate, terms_apart, Link};
 
     fn h100() -> Model {
         Model::H100
@@ -831,7 +831,7 @@ mod tests {
             for &a in Coll::AllReduce.algos() {
                 let r = ratio(&c, a, hosts, &m);
                 if !(0.9..=1.1).contains(&r) {
-                    let terms = match name_terms.then(|| blame(&c, a, hosts, &m).join(", ")) {
+                    let terms = match name_terms.then(|| terms_apart(&c, a, hosts, &m).join(", ")) {
                         None => String::new(),
                         Some(t) if t.is_empty() => "; no one term".into(),
                         Some(t) => format!("; within 10 % without: {t}"),
@@ -851,28 +851,7 @@ mod tests {
 
     /// The closed form's time over the simulator's.
     fn ratio(c: &Call, a: Algo, hosts: &Hosts, m: &Model) -> f64 {
-        let (closed, sim) = (estimate(c, a, hosts, m), simulate(c, a, hosts, m).map(|p| p.seconds));
-        closed.expect("estimates") / sim.expect("simulates")
-    }
-
-    /// The terms of the model that, taken away from both (a time set to
-    /// nothing, a rate so fast it costs nothing), bring the closed form
-    /// within 10 % of the simulator: where the two disagree, the terms
-    /// they price differently.
-    fn blame(c: &Call, a: Algo, hosts: &Hosts, m: &Model) -> Vec<&'static str> {
-        let free = 1e18;
-        let without = [
-            ("latency inside a host", Model { intra: Link { latency: 0.0, ..m.intra }, ..*m }),
-            ("network latency", Model { inter: Link { latency: 0.0, ..m.inter }, ..*m }),
-            ("fetching from other cores", Model { intra: Link { bandwidth: free, ..m.intra }, first_slot: 0.0, ..*m }),
-            ("network bytes", Model { inter: Link { bandwidth: free, ..m.inter }, bucket: None, ..*m }),
-            ("copies", Model { copy: free, ..*m }),
-            ("reductions", Model { reduce: free, ..*m }),
-            ("per-step work", Model { step: 0.0, ..*m }),
-            ("the cache", Model { cache: 0.0, ..*m }),
-            ("waking on shared cores", Model { switch: 0.0, ..*m }),
-        ];
-        without.into_iter().filter(|(_, w)| (0.9..=1.1).contains(&ratio(c, a, hosts, w))).map(|(t, _)| t).collect()
+        closed_over_simulated(c, a, hosts, m).expect("both time it")
     }
 
     #[test]

@@ -32,13 +32,19 @@
 //! ring over 4096 ranks is timed as 8 ranks, and a tree of a thousand
 //! pieces as two of tens.
 //!
-//! The tuner picks the algorithm with the least predicted time; `ccl-sim`
-//! prints the predictions for a described cluster.
+//! The tuner picks the algorithm with the least predicted time by the
+//! closed form; `ccl-sim` prints the predictions for a described cluster,
+//! and where the two models disagree, the terms they price differently
+//! (`apart`).
 
+#[cfg(any(test, feature = "internals"))]
+mod apart;
 mod closed;
 mod fold;
 mod run;
 
+#[cfg(any(test, feature = "internals"))]
+pub use apart::{closed_over_simulated, terms_apart};
 pub use closed::estimate;
 pub use run::simulate;
 #[cfg(feature = "internals")]

@@ -290,21 +290,35 @@ pub fn estimated(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> V
 /// [`predictions`] among `algos`, by the closed form or the simulator;
 /// [`Algo::Direct`] on shared buffers.
 fn predictions_among(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model, closed: bool) -> Vec<(Algo, f64)> {
-    let fewest = call.count / SIM_PIECES;
-    let call = Call { chunk: call.chunk.max(fewest), ..*call };
-    let on_shared = Call { chunk: shared_block(call.elem).max(fewest), ..call };
     let mut times: Vec<(Algo, f64)> = algos
         .iter()
         .filter_map(|&a| {
-            let c = if a == Algo::Direct && call.coll.on_shared(call.in_place) { &on_shared } else { &call };
+            let c = priced(call, a);
             if closed {
-                return estimate(c, a, hosts, model).ok().map(|t| (a, t));
+                return estimate(&c, a, hosts, model).ok().map(|t| (a, t));
             }
-            simulate(c, a, hosts, model).ok().map(|p| (a, p.seconds))
+            simulate(&c, a, hosts, model).ok().map(|p| (a, p.seconds))
         })
         .collect();
     pick_first(algos, &mut times);
     times
+}
+
+/// `call` as either model prices it for `algo`: in at most
+/// [`SIM_PIECES`] pieces a rank, and [`Algo::Direct`] on shared buffers
+/// in blocks of [`shared_block`].
+fn priced(call: &Call, algo: Algo) -> Call {
+    let fewest = call.count / SIM_PIECES;
+    let chunk = if algo == Algo::Direct && call.coll.on_shared(call.in_place) { shared_block(call.elem) } else { call.chunk };
+    Call { chunk: chunk.max(fewest), ..*call }
+}
+
+/// Where the closed form and the simulator price `call` by `algo` more
+/// than 10 % apart: the model's terms they price differently
+/// ([`crate::sim::terms_apart`]), the call cut as the tuner cuts it.
+#[cfg(feature = "internals")]
+pub fn terms_apart(call: &Call, algo: Algo, hosts: &Hosts, model: &Model) -> Vec<&'static str> {
+    crate::sim::terms_apart(&priced(call, algo), algo, hosts, model)
 }
 
 /// [`ranked`] for a call on shared buffers, in place or not: its

@@ -98,7 +98,9 @@ struct Args {
     #[arg(long)]
     closed: bool,
     /// Print, per algorithm, the closed form's time over the simulator's,
-    /// and whether the two pick the same algorithm
+    /// and whether the two pick the same algorithm; where they are more
+    /// than 10 % apart, the model's terms that, taken away from both,
+    /// bring them within 10 %
     #[arg(long)]
     compare: bool,
 }
@@ -291,7 +293,7 @@ fn run(a: &Args) -> Result<(), String> {
     let unit = elem * if matches!(coll, Coll::AllGather | Coll::ReduceScatter) { n } else { 1 };
     let (mut size, max) = (parse_bytes(&a.min)?.max(unit), parse_bytes(&a.max)?);
     let started = std::time::Instant::now();
-    let (mut compared, mut picks) = (Vec::new(), Vec::new());
+    let (mut compared, mut picks, mut apart) = (Vec::new(), Vec::new(), Vec::new());
     let mut lines: Vec<ccl_examples::plot::Series> =
         algos.iter().map(|al| ccl_examples::plot::Series { name: al.name().into(), points: Vec::new() }).collect();
     while size <= max {
@@ -323,6 +325,12 @@ fn run(a: &Args) -> Result<(), String> {
                     (Some(c), Some(s)) => {
                         let r = c / s;
                         compared.push(r);
+                        if !(0.9..=1.1).contains(&r) {
+                            // the model's terms the two price differently
+                            let terms = ccl::tune::terms_apart(&call, *al, &hosts, &model);
+                            let why = if terms.is_empty() { "no one term".into() } else { terms.join(", ") };
+                            apart.push(format!("{bytes} B, {}: {r:.2}; within 10 % without: {why}", al.name()));
+                        }
                         out!(o, " {r:>10.2}")
                     }
                     _ => out!(o, " {:>10}", "-"),
@@ -384,6 +392,9 @@ fn run(a: &Args) -> Result<(), String> {
             compared.len(),
             picks.len()
         );
+        for miss in &apart {
+            outln!(o, "# beyond 10 %: {miss}");
+        }
     }
     outln!(o, "# predicted in {:.3} s", started.elapsed().as_secs_f64());
     if let Some(path) = &a.plot {
