@@ -132,11 +132,12 @@ impl<'a> Rates<'a> {
             let wire = b * crowd / self.bw;
             let own = self.work(kind, b) * busy;
             let each = own.max(wire);
-            Stage { latency: m.inter.latency + self.wake, each, first: each / slots / busy.max(1.0) }
+            let first = each / slots / busy.max(1.0);
+            Stage { latency: m.inter.latency + self.wake, each, first, wake: self.wake }
         } else {
             let own = (self.work(kind, b) + self.pull(b)) * busy;
             let first = self.work(kind, b) / slots + self.pull(b.min(self.slot));
-            Stage { latency: m.intra.latency + self.wake, each: own, first }
+            Stage { latency: m.intra.latency + self.wake, each: own, first, wake: self.wake }
         }
     }
 
@@ -256,6 +257,9 @@ struct Stage {
     latency: f64,
     each: f64,
     first: f64,
+    /// Of the latency, core time a rank sharing a core spends getting it
+    /// back for the piece.
+    wake: f64,
 }
 
 impl Stage {
@@ -273,9 +277,12 @@ fn pipeline(path: f64, last: f64, q: f64, each: f64) -> f64 {
 }
 
 /// `steps` consecutive steps of a ring, each on what its predecessor sent
-/// in the step before: every rank busy, or waiting on the hop.
+/// in the step before: every rank busy, or waiting on the hop. In step,
+/// a rank sharing a core has given it up by the time its next piece
+/// comes, and gets it back for each step, even where its work would hide
+/// the hop.
 fn ring_steps(s: Stage, steps: f64) -> f64 {
-    steps * s.each.max(s.hop())
+    steps * (s.each + s.wake).max(s.hop())
 }
 
 fn log2_ceil(n: usize) -> f64 {
@@ -566,6 +573,7 @@ fn ring_stage(r: &Rates, kind: Kind, b: f64, (n, hosts): (usize, usize), (c, cro
         latency: mix(intra.latency, across.latency),
         each: intra.each.max(across.each),
         first: mix(intra.first, across.first),
+        wake: intra.wake,
     }
 }
 
