@@ -157,7 +157,7 @@ impl<'a> Rates<'a> {
         } else {
             (st.each / busy - send, 0.0)
         };
-        st.each.max(st.latency + wire.max(send / slots + take * busy))
+        (st.each + st.wake).max(st.latency + wire.max(send / slots + take * busy))
     }
 
     /// Recursive doubling or halving on a rank count that is not a power
