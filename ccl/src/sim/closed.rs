@@ -203,6 +203,9 @@ impl<'a> Rates<'a> {
         self.levels.get_or_init(|| {
             let f = self.fold;
             let levels = f.p2.trailing_zeros();
+            if self.hosts < 2 {
+                return vec![(false, 0.0); levels as usize];
+            }
             if f.rem == 0 && self.per_host.is_power_of_two() {
                 return (0..levels).map(|k| ((1 << k) >= self.per_host, self.per_host as f64)).collect();
             }

@@ -15,8 +15,9 @@
 //! same choice from the same inputs. Forced choices (`CCL_ALGO`,
 //! `CCL_NCHANNELS`, `CCL_CHUNKSIZE`) win where they apply. The piece size
 //! never exceeds half a connection's slots, the condition under which the
-//! verifier proves every schedule deadlock-free. A tuning file (`CCL_TUNE_FILE`, see
-//! [`Rules`]) of measured choices is consulted before the model.
+//! verifier proves every schedule deadlock-free. A tuning file
+//! (`CCL_TUNE_FILE`, see [`Rules`]) of measured choices is consulted
+//! before the model.
 
 mod rules;
 
@@ -63,8 +64,10 @@ pub fn pieces(slot_bytes: usize, elem: usize, ring: Geometry) -> (usize, usize) 
 /// pieces).
 pub const MAX_PIECES: usize = 1024;
 
-/// Pieces per rank at most when simulating; larger calls are timed with
-/// proportionally larger pieces.
+/// Pieces per rank at most when pricing a call (by either model, so that
+/// the closed form is priced as it is held to the simulator, which takes
+/// time per piece); larger calls are priced with proportionally larger
+/// pieces.
 const SIM_PIECES: usize = 256;
 
 /// A communicator's tuner: its model and the choices made so far.
