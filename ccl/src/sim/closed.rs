@@ -167,9 +167,13 @@ impl<'a> Rates<'a> {
     /// wait on both, over `phases` of levels (one, or halving then
     /// doubling). Extra `2j` and partner `2j + 1` (for `j` below the ranks
     /// beyond the power of two) are on two hosts where a host boundary
-    /// falls between them: hosts of an odd rank count.
+    /// falls between them: hosts of an odd rank count. Nothing on a power
+    /// of two.
     fn fold(&self, into: f64, out: f64, chunk: usize, busy: f64, phases: usize) -> f64 {
         let Fold { p2, rem } = self.fold;
+        if rem == 0 {
+            return 0.0;
+        }
         let on = |r: usize| self.layout.host_of(r);
         let inter = (0..rem).any(|j| on(2 * j) != on(2 * j + 1));
         let latency = self.hop(Kind::Copy, 0.0, inter, busy, busy).latency;
@@ -466,8 +470,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
                 r.exchange(Kind::Exchange, b, inter, crowd, c)
             };
             let levels: f64 = r.doubling().iter().map(exchange).sum();
-            let fold = if n.is_power_of_two() { 0.0 } else { r.fold(s_ch, s_ch, call.chunk, c, 1) };
-            q * levels + fold
+            q * levels + r.fold(s_ch, s_ch, call.chunk, c, 1)
         }
         (Coll::AllReduce, Algo::HalvingDoubling)
         | (Coll::ReduceScatter | Coll::AllGather, Algo::RecursiveDoubling | Algo::HalvingDoubling) => {
@@ -606,7 +609,6 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f
     let n = r.n;
     let nics = r.m.nics.max(1) as f64;
     let levels = r.doubling().len();
-    let fold = if n.is_power_of_two() { 0.0 } else { 2.0 };
     // the whole vector (all-gather and reduce-scatter count per rank)
     let whole = match coll {
         Coll::AllReduce => s_ch,
@@ -656,7 +658,7 @@ fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c: f64) -> f
     // an all-gather first copies its own block into the output, a
     // reduce-scatter last copies its reduced block there
     let own = if coll == Coll::AllReduce { 0.0 } else { r.work(Kind::Copy, s_ch) * c };
-    t + if fold > 0.0 { folded } else { 0.0 } + own
+    t + folded + own
 }
 
 /// The deepest path down (or up) a tree, seconds.
