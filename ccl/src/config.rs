@@ -410,9 +410,47 @@ impl Config {
     }
 }
 
+/// The text of `path`, a regular file of at most `limit` bytes: a device
+/// (`/dev/zero`), a FIFO or a file larger than that is refused before
+/// anything is read, and one that grows meanwhile is cut at the limit and
+/// refused. For files named by users: hostfiles, tuning files.
+pub fn read_bounded(path: &std::path::Path, limit: u64) -> std::result::Result<String, String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let too_large = || format!("larger than {} KiB", limit >> 10);
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    f.take(limit + 1).read_to_string(&mut text).map_err(|e| e.to_string())?;
+    if text.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_reads_refuse_devices_fifos_and_large_files() {
+        let e = read_bounded(std::path::Path::new("/dev/zero"), 1 << 20).expect_err("a device");
+        assert_eq!(e, "not a regular file");
+        let dir = std::env::temp_dir().join(format!("ccl-read-bounded-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let f = dir.join("f");
+        std::fs::File::create(&f).expect("create").set_len(4097).expect("sparse");
+        assert_eq!(read_bounded(&f, 4096).expect_err("too large"), "larger than 4 KiB");
+        std::fs::write(&f, "all_reduce 2 1 8 ring\n").expect("write");
+        assert_eq!(read_bounded(&f, 4096).expect("small"), "all_reduce 2 1 8 ring\n");
+        assert!(read_bounded(&dir.join("none"), 4096).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     use crate::machine::Machine;
 
     #[test]

@@ -68,10 +68,23 @@ fn entry(text: &str) -> Result<HostSlots, String> {
     Ok(HostSlots { name, slots, max_slots })
 }
 
+/// The largest hostfile read: far beyond any cluster's (a line a host),
+/// small enough to parse in well under a second.
+pub const MAX_BYTES: u64 = 16 << 20;
+
+/// Reads and parses hostfile `path`, refusing one over [`MAX_BYTES`] (or
+/// not a regular file) before reading it.
+pub fn read(path: &std::path::Path) -> Result<Vec<HostSlots>, String> {
+    let name = path.display().to_string();
+    let text = ccl::config::read_bounded(path, MAX_BYTES).map_err(|e| format!("{name}: {e}"))?;
+    parse(&text, &name).map_err(|e| e.to_string())
+}
+
 /// Parses a hostfile's text; `file` names it in errors. Duplicate hosts are
 /// an error (Open MPI would merge them silently).
 pub fn parse(text: &str, file: &str) -> Result<Vec<HostSlots>, ParseError> {
     let mut hosts: Vec<HostSlots> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for (i, line) in text.lines().enumerate() {
         let at = || format!("{file}:{}", i + 1);
         let body = line.split('#').next().unwrap_or("").trim();
@@ -79,7 +92,7 @@ pub fn parse(text: &str, file: &str) -> Result<Vec<HostSlots>, ParseError> {
             continue;
         }
         let h = entry(body).map_err(|what| ParseError { at: at(), what })?;
-        if hosts.iter().any(|o| o.name == h.name) {
+        if !seen.insert(h.name.clone()) {
             return Err(ParseError { at: at(), what: format!("host {} is listed twice", h.name) });
         }
         hosts.push(h);
@@ -126,5 +139,31 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(parse(text, "hosts").expect_err(text).to_string(), want);
         }
+    }
+
+    #[test]
+    fn a_million_hosts_parse_and_a_duplicate_among_them_is_found() {
+        // linear: the quadratic check took over a minute on this many
+        let mut text: String = (0..1_000_000).map(|i| format!("n{i} slots=2\n")).collect();
+        assert_eq!(parse(&text, "hosts").expect("distinct").len(), 1_000_000);
+        text.push_str("n17\n");
+        let e = parse(&text, "hosts").expect_err("n17 twice").to_string();
+        assert_eq!(e, "hosts:1000001: host n17 is listed twice");
+    }
+
+    #[test]
+    fn files_too_large_or_not_regular_are_refused_before_reading() {
+        let e = read(std::path::Path::new("/dev/zero")).expect_err("a device");
+        assert!(e.contains("not a regular file"), "{e}");
+        let dir = std::env::temp_dir().join(format!("ccl-hostfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let big = dir.join("big");
+        let f = std::fs::File::create(&big).expect("create");
+        f.set_len(MAX_BYTES + 1).expect("sparse file");
+        let e = read(&big).expect_err("too large");
+        assert!(e.contains("larger than 16384 KiB"), "{e}");
+        std::fs::write(&big, "a slots=2\n").expect("write");
+        assert_eq!(read(&big).expect("small").len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

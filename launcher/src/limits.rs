@@ -6,6 +6,9 @@
 //! machine for the better part of an hour. Nor, oversubscribed or not,
 //! for more processes than the kernel has process ids left (`pid_max`).
 
+/// Ranks a job may have (as many as the rendezvous takes).
+pub const MAX_RANKS: usize = 1 << 20;
+
 /// Ranks per CPU that a job on this host alone may have without
 /// `--oversubscribe`.
 pub const RANKS_PER_CPU: usize = 64;
@@ -34,6 +37,15 @@ fn check(np: usize, by_cpus: bool, cpus: usize, free_pids: Option<usize>) -> Res
     }
 }
 
+/// `--timeout SECS` as a duration: positive, finite, and small enough for
+/// one (`1e20` is not).
+pub fn timeout(secs: f64) -> Result<std::time::Duration, String> {
+    match std::time::Duration::try_from_secs_f64(secs) {
+        Ok(d) if secs > 0.0 => Ok(d),
+        _ => Err(format!("--timeout {secs}: must be a positive number of seconds, at most {}", u64::MAX)),
+    }
+}
+
 /// Process ids not in use: `pid_max` less the processes running now.
 fn free_pids() -> Option<usize> {
     let max: usize = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok()?.trim().parse().ok()?;
@@ -58,5 +70,14 @@ mod tests {
         let e = check(100_000, false, 2, Some(30_000)).expect_err("beyond pid_max");
         assert!(e.contains("pid_max"), "{e}");
         assert!(free_pids().is_some_and(|f| f > 0), "this machine's /proc");
+    }
+
+    #[test]
+    fn timeouts_that_fit_no_duration_are_refused() {
+        assert_eq!(timeout(1.5), Ok(std::time::Duration::from_millis(1500)));
+        for bad in [0.0, -1.0, 1e20, f64::NAN, f64::INFINITY] {
+            let e = timeout(bad).expect_err("refused");
+            assert!(e.starts_with("--timeout") && e.contains("positive"), "{e}");
+        }
     }
 }

@@ -20,7 +20,6 @@ use cclrun::place::{self, MapBy};
 use cclrun::ssh::SshOpts;
 use clap::Parser;
 use std::path::PathBuf;
-use std::time::Duration;
 use via::Via;
 
 /// Launch an SPMD program as N ranks (mpirun-style).
@@ -94,8 +93,15 @@ fn fail(msg: impl std::fmt::Display, code: i32) -> i32 {
 
 /// Names under which this host appears in a hostfile.
 fn is_local(name: &str) -> bool {
-    let me = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
-    matches!(name, "localhost" | "localhost.localdomain" | "127.0.0.1" | "::1" | "[::1]") || name == me
+    matches!(name, "localhost" | "localhost.localdomain" | "127.0.0.1" | "::1" | "[::1]") || name == this_host()
+}
+
+/// This machine's hostname, read once.
+fn this_host() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+    })
 }
 
 /// `first-last` for consecutive ranks, else a list.
@@ -115,21 +121,22 @@ fn run() -> i32 {
     if cli.np == 0 {
         return fail("-np must be at least 1", 2);
     }
-    if let Some(t) = cli.timeout.filter(|t| !(t.is_finite() && *t > 0.0)) {
-        return fail(format!("--timeout {t}: must be a positive number of seconds"), 2);
+    if cli.np > limits::MAX_RANKS {
+        return fail(format!("-np {}: a job has at most {} ranks", cli.np, limits::MAX_RANKS), 2);
     }
     if local_only {
         if let Err(e) = limits::check_np(cli.np, cli.oversubscribe) {
             return fail(e, 2);
         }
     }
+    let timeout = match cli.timeout.map(limits::timeout).transpose() {
+        Ok(t) => t,
+        Err(e) => return fail(e, 2),
+    };
     let (hosts, oversubscribe) = match (&cli.hostfile, &cli.host) {
-        (Some(f), _) => match std::fs::read_to_string(f) {
-            Ok(text) => match hostfile::parse(&text, &f.display().to_string()) {
-                Ok(h) => (h, cli.oversubscribe),
-                Err(e) => return fail(e, 2),
-            },
-            Err(e) => return fail(format!("{}: {e}", f.display()), 2),
+        (Some(f), _) => match hostfile::read(f) {
+            Ok(h) => (h, cli.oversubscribe),
+            Err(e) => return fail(e, 2),
         },
         (None, Some(list)) => match hostfile::parse_list(list) {
             Ok(h) => (h, cli.oversubscribe),
@@ -141,6 +148,12 @@ fn run() -> i32 {
         Ok(p) => p,
         Err(e) => return fail(e, 2),
     };
+    // however they were placed (-H, a hostfile), the ranks this host starts
+    let local: Vec<bool> = hosts.iter().map(|h| is_local(&h.name)).collect();
+    let here = host_of.iter().filter(|&&h| local[h]).count();
+    if let Err(e) = limits::check_np(here, cli.oversubscribe) {
+        return fail(e, 2);
+    }
     let mut env = Vec::new();
     for x in &cli.export {
         match x.split_once('=') {
@@ -165,13 +178,13 @@ fn run() -> i32 {
     let spec = job::Spec {
         placement: place::locals(&host_of, hosts.len()),
         host_names: hosts.iter().map(|h| h.name.clone()).collect(),
-        local: hosts.iter().map(|h| is_local(&h.name)).collect(),
+        local,
         program: cli.command[0].clone(),
         args: cli.command[1..].to_vec(),
         env,
         tag_output: cli.tag_output,
         bind: cli.bind_to,
-        timeout: cli.timeout.map(Duration::from_secs_f64),
+        timeout,
         ssh,
         remote_cclrun: cli.remote_cclrun.clone().unwrap_or(this),
     };

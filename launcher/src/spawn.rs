@@ -211,26 +211,40 @@ fn watch(mut child: Child, rank: usize, slot: usize, live: Arc<Mutex<Vec<Option<
     });
 }
 
-/// Sends `r`'s lines as output events; newline-terminated, bytes as they came.
+/// The longest line relayed whole: a longer one goes out in pieces of this
+/// size, each ended by [`CUT`], so that a rank printing without newlines
+/// cannot make cclrun hold its output.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// What ends a piece of a line longer than [`MAX_LINE`].
+pub const CUT: &[u8] = b" [cclrun: line cut at 1 MiB, continued on the next]\n";
+
+/// Sends `r`'s lines as output events; newline-terminated, bytes as they
+/// came, lines over [`MAX_LINE`] cut into pieces.
 fn pump(r: impl Read + Send + 'static, rank: usize, err: bool, tx: Sender<Event>, done: Sender<()>) {
     std::thread::spawn(move || {
         let mut r = BufReader::new(r);
-        loop {
-            let mut line = Vec::new();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if !line.ends_with(b"\n") {
-                        line.push(b'\n');
-                    }
-                    if tx.send(Event::Output { rank, err, line }).is_err() {
-                        break;
-                    }
-                }
+        while let Some(line) = next_line(&mut r) {
+            if tx.send(Event::Output { rank, err, line }).is_err() {
+                break;
             }
         }
         let _ = done.send(());
     });
+}
+
+/// The next line of `r`, newline-terminated, or its next [`MAX_LINE`]
+/// bytes ended by [`CUT`]; `None` at the end.
+fn next_line(r: &mut impl BufRead) -> Option<Vec<u8>> {
+    let mut line = Vec::new();
+    match r.by_ref().take(MAX_LINE as u64).read_until(b'\n', &mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) if line.ends_with(b"\n") => Some(line),
+        Ok(n) => {
+            line.extend_from_slice(if n == MAX_LINE { CUT } else { b"\n" });
+            Some(line)
+        }
+    }
 }
 
 /// Tells this host's ranks of the job of `files` that `ranks` of `host`
@@ -253,5 +267,26 @@ pub fn remove_shm_files(files: &JobFiles) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_go_out_in_marked_pieces_and_short_ones_whole() {
+        let mut text = vec![b'x'; 2 * MAX_LINE + 5];
+        text.extend_from_slice(b"\nshort\nlast");
+        let mut r = std::io::Cursor::new(text);
+        let lines: Vec<Vec<u8>> = std::iter::from_fn(|| next_line(&mut r)).collect();
+        assert_eq!(lines.len(), 5);
+        for piece in &lines[..2] {
+            assert_eq!(piece.len(), MAX_LINE + CUT.len());
+            assert!(piece.ends_with(CUT));
+        }
+        assert_eq!(lines[2], b"xxxxx\n");
+        assert_eq!(lines[3], b"short\n");
+        assert_eq!(lines[4], b"last\n");
     }
 }

@@ -41,7 +41,7 @@ fn usage_errors() {
     let (code, _, err) = cclrun(&["-np", "2", "--hostfile", "/no/such/hostfile", "true"]);
     assert_eq!(code, 2);
     assert!(err.starts_with("cclrun: /no/such/hostfile: "), "{err}");
-    for t in ["-5", "0", "nan"] {
+    for t in ["-5", "0", "nan", "1e20", "inf"] {
         let (code, _, err) = cclrun(&["-np", "2", "--timeout", t, "true"]);
         assert_eq!(code, 2, "--timeout {t}");
         assert!(err.contains("must be a positive number of seconds"), "{err}");
@@ -50,7 +50,26 @@ fn usage_errors() {
     let (code, _, err) = cclrun(&["-np", "100000", "true"]);
     assert_eq!(code, 2);
     assert!(err.contains("ranks per CPU") && err.contains("--oversubscribe"), "{err}");
-    let (code, _, err) = cclrun(&["-np", "100000000", "--oversubscribe", "true"]);
+    let (code, _, err) = cclrun(&["-np", "1000000", "--oversubscribe", "true"]);
     assert_eq!(code, 2);
     assert!(err.contains("pid_max"), "{err}");
+    let (code, _, err) = cclrun(&["-np", "100000000", "--oversubscribe", "true"]);
+    assert_eq!((code, err.as_str()), (2, "cclrun: -np 100000000: a job has at most 1048576 ranks\n"));
+    // ... however they are placed on this host
+    for place in [&["-H", "localhost:100000"][..], &["--hostfile", "/dev/stdin"][..]] {
+        let (code, _, err) = cclrun(&[&["-np", "100000"][..], place, &["true"]].concat());
+        assert_eq!(code, 2, "{place:?}");
+        assert!(err.contains("ranks per CPU") || err.contains("not a regular file"), "{place:?}: {err}");
+    }
+    let dir = std::env::temp_dir().join(format!("cclrun-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "localhost slots=100000\n").expect("hostfile");
+    let (code, _, err) = cclrun(&["-np", "100000", "--hostfile", hosts.to_str().expect("utf-8"), "true"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("ranks per CPU") && err.contains("--oversubscribe"), "{err}");
+    let (code, _, err) = cclrun(&["-np", "1000000", "--oversubscribe", "-H", "localhost:1000000", "true"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("pid_max"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

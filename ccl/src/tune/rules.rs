@@ -55,11 +55,10 @@ impl Rules {
         Ok(Rules { map })
     }
 
-    /// Reads and parses `path`.
+    /// Reads and parses `path`: a regular file of at most [`MAX_BYTES`].
     pub fn load(path: &str) -> Result<Rules> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::new(ErrorKind::Config { var: "CCL_TUNE_FILE", value: path.to_string(), why: e.to_string() })
-        })?;
+        let text = crate::config::read_bounded(std::path::Path::new(path), MAX_BYTES)
+            .map_err(|why| Error::new(ErrorKind::Config { var: "CCL_TUNE_FILE", value: path.to_string(), why }))?;
         Rules::parse(&text, path)
     }
 
@@ -80,6 +79,10 @@ impl Rules {
         self.map.is_empty()
     }
 }
+
+/// The largest tuning file read: a line per (collective, ranks, hosts,
+/// size class) measured, far fewer than this.
+pub const MAX_BYTES: u64 = 16 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -102,5 +105,11 @@ mod tests {
             let e = Rules::parse(text, "f").expect_err(text).to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn devices_are_no_tuning_file() {
+        let e = Rules::load("/dev/zero").expect_err("a device").to_string();
+        assert!(e.contains("CCL_TUNE_FILE") && e.contains("not a regular file"), "{e}");
     }
 }
