@@ -145,3 +145,78 @@ fn fault_suite() {
     assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
     assert!(left.is_empty(), "ranks left running: {left:?}");
 }
+
+/// The ranks cclrun `launcher` started, by pid.
+fn children(launcher: u32) -> Vec<u32> {
+    running(FAULT)
+        .into_iter()
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat.rsplit_once(") ").and_then(|(_, r)| r.split(' ').nth(1)?.parse::<u32>().ok());
+            ppid == Some(launcher)
+        })
+        .collect()
+}
+
+/// Whether `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ").is_none_or(|(_, r)| r.starts_with('Z') || r.starts_with('X'))
+}
+
+/// A rank killed while cclrun is stopped stays a zombie, which a check by
+/// `kill(pid, 0)` took for alive: its peers must still find it gone (not
+/// wait for CCL_TIMEOUT), and cclrun, continued, must report it; a
+/// cclrun stopped past its `--timeout` ends the job once continued.
+#[test]
+fn a_stopped_cclrun_hides_no_dead_rank_and_keeps_its_timeout() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let signal = |pid: u32, sig| {
+        // SAFETY: signalling a process this test started (or its child).
+        unsafe { libc::kill(pid as i32, sig) };
+    };
+    let mut job = Command::new(cclrun())
+        .args(["-np", "3", "-x", "CCL_TIMEOUT=60", FAULT, "loop", "120"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cclrun");
+    let mut out = std::io::BufReader::new(job.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while out.read_line(&mut line).is_ok_and(|n| n > 0) && !line.contains("looping") {
+        line.clear();
+    }
+    let ranks = children(job.id());
+    assert_eq!(ranks.len(), 3, "ranks of cclrun {}: {ranks:?}", job.id());
+    signal(job.id(), libc::SIGSTOP);
+    let t = Instant::now();
+    signal(ranks[1], libc::SIGKILL);
+    let others = [ranks[0], ranks[2]];
+    while !others.iter().all(|&p| ended(p)) && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let found_in = t.elapsed();
+    signal(job.id(), libc::SIGCONT);
+    let o = job.wait_with_output().expect("cclrun");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(found_in < Duration::from_secs(30), "the peers still wait after {found_in:?}:\n{err}");
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("lost rank 1 "), "{err}");
+
+    // stopped past its --timeout, then continued: the job ends at once
+    let job = Command::new(cclrun())
+        .args(["-np", "2", "--timeout", "2", FAULT, "loop", "120"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cclrun");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(job.id(), libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(3));
+    signal(job.id(), libc::SIGCONT);
+    let t = Instant::now();
+    let o = job.wait_with_output().expect("cclrun");
+    assert_eq!(o.status.code(), Some(124), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(t.elapsed() < Duration::from_secs(15), "ended {:?} after it went on", t.elapsed());
+}

@@ -66,7 +66,7 @@ pub fn main() -> i32 {
         return 1; // cclrun gave up on the job (another host failed)
     }
     drop(input); // the reader thread below takes stdin over
-    ccl::launch::Shm::sweep_stale();
+    std::thread::spawn(ccl::launch::Shm::sweep_stale);
     let id = job.env.iter().find(|(k, _)| k == "CCL_UNIQUE_ID");
     let files = id.and_then(|(_, v)| ccl::launch::UniqueId::parse(v).ok()).map(|id| JobFiles::of(&id));
     let (tx, rx) = mpsc::channel::<Input>();

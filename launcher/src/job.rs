@@ -162,7 +162,7 @@ pub fn run(spec: &Spec) -> i32 {
         }
     };
     let id = rv.id().clone();
-    Shm::sweep_stale();
+    std::thread::spawn(Shm::sweep_stale);
     let (tx, rx) = mpsc::channel::<Update>();
     let Started { agents, local_program } = match hosts::prepare(spec, conns, &id) {
         Ok(s) => s,

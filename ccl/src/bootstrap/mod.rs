@@ -66,6 +66,11 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         // its outcome reaches this rank through its own join below
         std::thread::spawn(move || rv.serve(timeout));
     }
+    if env.launcher_pid.is_none() {
+        // cclrun sweeps before its ranks start; under other launchers each
+        // rank does, beside its start
+        std::thread::spawn(Shm::sweep_stale);
+    }
     let bell = Shm::create_bell(&files, env.rank).map_err(at)?;
     let listener = Tcp::listen(tcp_ip(&config, &env.id).map_err(at)?).map_err(at)?;
     let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;

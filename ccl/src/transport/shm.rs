@@ -119,6 +119,25 @@ pub struct Shm {
     enabled: bool,
 }
 
+/// Whether process `pid` has exited: it is gone, or a zombie that its
+/// parent has not reaped (its parent stopped, say) and `kill(pid, 0)`
+/// still finds.
+pub fn exited(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else { return true };
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(p, 0) } == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return true;
+    }
+    // the state follows the command name, which may hold anything
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2));
+    matches!(state, Some(b'Z' | b'X'))
+}
+
+/// Names of the shared-memory directory that one sweep for stale files
+/// reads at most ([`Shm::sweep_stale`]).
+pub const SWEEP_ENTRIES: usize = 1 << 16;
+
 impl Shm {
     /// Path of rank `rank`'s doorbell in a job; `pid` owns it.
     pub fn bell_path(files: &JobFiles, rank: usize, pid: u32) -> PathBuf {
@@ -140,21 +159,20 @@ impl Shm {
     /// Removes this user's files of any job whose owning processes have
     /// all exited (names end in `-p<pid>[-<pid>]`): what a crash, or a
     /// launcher killed with SIGKILL, left behind. Other users' files are
-    /// theirs to sweep.
+    /// theirs to sweep, and are passed over before any process is looked
+    /// up; at most [`SWEEP_ENTRIES`] names are read, so that a directory
+    /// that others filled with junk costs a bounded time. Run once per
+    /// host and job, off the path of a rank's start (cclrun and its agents,
+    /// or a thread of each rank started by another launcher).
     pub fn sweep_stale() {
-        let alive = |pid: &str| match pid.parse::<libc::pid_t>() {
-            Ok(p) => {
-                // SAFETY: signal 0 only checks that the process exists.
-                let r = unsafe { libc::kill(p, 0) };
-                r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-            }
-            Err(_) => true,
-        };
+        let alive = |pid: &str| pid.parse::<u32>().map_or(true, |p| !exited(p));
         let Ok(dir) = std::fs::read_dir(DIR) else { return };
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            let Some((_, pids)) = name.strip_prefix("ccl-").and_then(|n| n.rsplit_once("-p")) else { continue };
-            if pids.split('-').all(|p| !alive(p)) && shm_file::ours(&e.path()) {
+        for e in dir.take(SWEEP_ENTRIES).flatten() {
+            let name = e.file_name();
+            let Some((_, pids)) = name.to_str().and_then(|n| n.strip_prefix("ccl-")?.rsplit_once("-p")) else {
+                continue;
+            };
+            if shm_file::ours(&e.path()) && pids.split('-').all(|p| !alive(p)) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -162,7 +180,6 @@ impl Shm {
 
     /// Creates this rank's doorbell; call before joining the rendezvous.
     pub fn create_bell(files: &JobFiles, rank: usize) -> Result<Arc<BellMap>> {
-        Self::sweep_stale();
         let path = Self::bell_path(files, rank, std::process::id());
         let f = files.create(&path, BELL_BYTES)?;
         let map = map_file(&f).inspect_err(|_| {
@@ -330,10 +347,7 @@ impl Transport for Shm {
             if rank == self.me || Some(host) != self.hosts.get(self.me) {
                 continue;
             }
-            // SAFETY: signal 0 only checks that the process exists.
-            let gone = unsafe { libc::kill(pid as libc::pid_t, 0) } == -1
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-            if gone {
+            if exited(pid) {
                 // the root cause, if this peer left because it lost someone itself
                 let cause = self.peer_page(rank).map_or(0, |p| p.cause().load(Ordering::SeqCst));
                 let root = (cause as usize).wrapping_sub(1);
@@ -385,6 +399,41 @@ mod tests {
         }
         fn uses_bell(&self) -> bool {
             false
+        }
+    }
+
+    #[test]
+    fn a_zombie_has_exited() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let pid = child.id();
+        // not yet reaped: kill(pid, 0) still finds it
+        let t = Instant::now();
+        while !exited(pid) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(exited(pid), "a zombie counts as running");
+        child.wait().expect("reap");
+        assert!(exited(pid));
+        assert!(!exited(std::process::id()));
+    }
+
+    #[test]
+    fn the_sweep_removes_this_user_s_files_of_exited_processes_only() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let tag = format!("ccl-sweeptest{}", std::process::id());
+        let stale = std::path::Path::new(DIR).join(format!("{tag}-b0-p{dead}"));
+        let live = std::path::Path::new(DIR).join(format!("{tag}-b1-p{}", std::process::id()));
+        let mixed = std::path::Path::new(DIR).join(format!("{tag}-c-p{dead}-{}", std::process::id()));
+        for p in [&stale, &live, &mixed] {
+            std::fs::write(p, b"").expect("file");
+        }
+        Shm::sweep_stale();
+        assert!(!stale.exists(), "a dead owner's file stays");
+        assert!(live.exists() && mixed.exists(), "a live owner's file went");
+        for p in [&live, &mixed] {
+            let _ = std::fs::remove_file(p);
         }
     }
 
