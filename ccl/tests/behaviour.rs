@@ -321,3 +321,30 @@ fn abort_from_another_thread_ends_a_blocked_call() {
     assert!(matches!(later.expect("refused").kind(), ErrorKind::Aborted));
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
+
+/// A last call whose ranks disagreed on its root may return on each of
+/// them; `finalize` finds it and returns it as a value (a drop would say
+/// so and fail the process).
+#[test]
+fn finalize_returns_a_mismatch_that_no_call_returned() {
+    for agree in [false, true] {
+        let out = run_local(3, move |g| {
+            let mut v = vec![g.rank() as f32; 4];
+            let root = if agree { 0 } else { g.rank() };
+            let call = g.typed::<f32>().broadcast(&mut v, root);
+            (call.is_err(), g.clone().finalize())
+        });
+        let failed = out.iter().filter(|(call, end)| *call || end.is_err()).count();
+        if agree {
+            assert_eq!(failed, 0, "{out:?}");
+            continue;
+        }
+        assert!(failed > 0, "nothing found: {out:?}");
+        for (_, end) in &out {
+            if let Err(e) = end {
+                assert!(matches!(e.kind(), ErrorKind::Mismatch { .. }), "{e}");
+                assert!(e.to_string().contains("broadcast") && e.context().peer.is_some(), "{e}");
+            }
+        }
+    }
+}

@@ -35,6 +35,7 @@ use std::sync::Arc;
 /// else as a lone process.
 pub fn init() -> Result<Group> {
     crate::comm::install_dump_on_sigusr1();
+    crate::comm::exit::hook();
     let config = Config::from_env()?;
     let get = |k: &str| std::env::var(k).ok();
     #[cfg(feature = "mpi")]

@@ -7,9 +7,11 @@
 //! - By default, a rank stuck waiting compares its last calls with what
 //!   the peers it waits on posted, or told it from other hosts
 //!   (`Engine::check_peers`); a message left over from an earlier call is
-//!   named with this rank's call of that number (`Conns::explain`); and a
-//!   communicator dropped says so where its last calls differ from a
-//!   peer's ([`note_on_drop`]).
+//!   named with this rank's call of that number (`Conns::explain`); and at
+//!   the end, [`Group::finalize`] returns, and a communicator dropped
+//!   unfinalized says and makes its process exit with [`MISMATCH_EXIT`],
+//!   a difference between its last calls and a peer's of its host
+//!   ([`end_check`]).
 
 use super::group::{Group, Inner};
 use crate::algo::Coll;
@@ -69,15 +71,15 @@ pub(crate) fn all_agree(group: &Group, fp: Fingerprint) -> Result<()> {
 /// to post its last call, where they have not yet.
 const DROP_WAIT: Duration = Duration::from_millis(100);
 
-/// What a communicator being dropped on rank `rank` says where one of its
-/// last calls differs from that of a peer of its host (`local`, this rank
-/// among them): the ranks before and after it there, in a ring over the
-/// host. Where any ranks of a host disagree, two neighbours do, so some
-/// rank says so, and each rank reads two peers' calls rather than every
-/// one's (O(N²) mappings on a host of N ranks). It waits up to
-/// [`DROP_WAIT`] for them to post its last call (a rank whose call ended
-/// at once may be ahead of its peers).
-pub(crate) fn note_on_drop(conns: &Conns, rank: usize, local: &[usize]) -> Option<String> {
+/// Where one of the last calls of rank `rank` differs from that of a peer
+/// of its host (`local`, this rank among them), the error naming both: the
+/// ranks before and after it there, in a ring over the host. Where any
+/// ranks of a host disagree, two neighbours do, so some rank finds it, and
+/// each rank reads two peers' calls rather than every one's (O(N²)
+/// mappings on a host of N ranks). It waits up to [`DROP_WAIT`] for them
+/// to post its last call (a rank whose call ended at once may be ahead of
+/// its peers).
+pub(crate) fn end_check(conns: &Conns, rank: usize, local: &[usize]) -> Option<Error> {
     let n = local.len();
     let at = local.iter().position(|&p| p == rank)?;
     let mut peers: Vec<usize> = [local[(at + 1) % n], local[(at + n - 1) % n]].into();
@@ -88,33 +90,56 @@ pub(crate) fn note_on_drop(conns: &Conns, rank: usize, local: &[usize]) -> Optio
         std::thread::sleep(Duration::from_millis(2));
     }
     let (peer, (ours, theirs)) = peers.iter().find_map(|&p| Some((p, conns.disagreement(p)?)))?;
-    Some(format!(
-        "ccl: rank {rank}: this rank called {} but rank {peer} called {} (found as the communicator was dropped)",
-        Fingerprint::describe(&ours),
-        Fingerprint::describe(&theirs)
-    ))
+    // each call described names its collective and number
+    let (ours, theirs) = (Fingerprint::describe(&ours), Fingerprint::describe(&theirs));
+    Some(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(peer).at_rank(rank))
+}
+
+/// The exit status of a rank process whose communicator, dropped without
+/// [`Group::finalize`], found that its calls differed from a peer's.
+pub const MISMATCH_EXIT: i32 = 3;
+
+impl Inner {
+    /// The end check of [`end_check`] on this group, unless it ran already
+    /// (by [`Group::finalize`]) or an earlier error made the communicator
+    /// unusable (that error was returned already).
+    fn check_at_end(&self) -> Option<Error> {
+        if self.size < 2 || self.finalized.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let local = self.hosts.groups().get(self.hosts.host_of(self.rank)).cloned().unwrap_or_default();
+        let state = self.state.lock().ok()?;
+        state.engine.check_usable().ok()?;
+        end_check(&state.engine.conns, self.rank, &local)
+    }
 }
 
 impl Drop for Inner {
-    /// Says so where this rank's last calls differ from a peer's of its
-    /// host: a call whose ranks disagreed on its root or count may have
-    /// ended on each of them without an error.
+    /// Where this rank's last calls differ from a peer's of its host (a
+    /// call whose ranks disagreed on its root or count may have ended on
+    /// each of them without an error), says so and makes the process exit
+    /// with [`MISMATCH_EXIT`] when it ends (a process of [`crate::init`]).
     fn drop(&mut self) {
-        if self.config.debug < crate::config::LogLevel::Warn || self.size < 2 {
-            return;
-        }
-        let rank = self.rank;
-        let local = self.hosts.groups().get(self.hosts.host_of(rank)).cloned().unwrap_or_default();
-        let Some(engine) = self.engine_mut() else { return };
-        if engine.check_usable().is_ok() {
-            if let Some(note) = note_on_drop(&engine.conns, rank, &local) {
-                eprintln!("{note}");
+        if let Some(e) = self.check_at_end() {
+            if self.config.debug >= crate::config::LogLevel::Warn {
+                eprintln!("ccl: error: {e} (found as the communicator was dropped)");
             }
+            super::exit::fail_at_exit(MISMATCH_EXIT);
         }
     }
 }
 
 impl Group {
+    /// Ends this rank's use of the group with the check a drop makes,
+    /// returned as a value: `Err` (a mismatch naming this rank's call and a
+    /// peer's) where one of its last calls differed from that of a peer of
+    /// its host, e.g. a broadcast whose ranks named different roots and
+    /// each returned. After it, dropping the group checks nothing more.
+    /// Under `CCL_CHECK=full` every call was checked already.
+    pub fn finalize(self) -> Result<()> {
+        self.inner.check_at_end().map_or(Ok(()), Err)
+    }
+
     /// Under `CCL_CHECK=full`, exchanges collective `call`'s fingerprint
     /// with every rank first: `Err` where any differs.
     pub(crate) fn agree<T: Reduce, O: ReduceOp<T>>(&self, call: &Call<'_, T>, seq: u64) -> Result<()> {

@@ -39,6 +39,8 @@ pub(crate) struct Inner {
     /// Shared buffers allocated so far (numbers them alike on every rank).
     pub windows: AtomicU64,
     aborted: Arc<AtomicBool>,
+    /// The end check has run (see [`Group::finalize`]).
+    pub(super) finalized: AtomicBool,
     /// Where device calls the proxy finishes go (see [`Group::proxy`]),
     /// each with the group, which lives until the call is done.
     proxy: Mutex<Option<std::sync::mpsc::Sender<(u64, Stream, Group)>>>,
@@ -48,23 +50,16 @@ pub(crate) struct Inner {
     /// The calls in flight and the schedules made so far (by what
     /// determines them: a repeated call reuses its schedule instead of
     /// generating it again), under one lock that a call takes once.
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
 }
 
-struct State {
-    engine: Engine,
+pub(super) struct State {
+    pub(super) engine: Engine,
     plans: Planner,
     /// The last blocking host call (a `CallOp<T, O>`), kept to run the
     /// next call of the same plan and types without setting up again; its
     /// scratch is kept with it.
     kept: Option<Box<dyn std::any::Any + Send>>,
-}
-
-impl Inner {
-    /// The engine, unless a call panicked holding it.
-    pub(super) fn engine_mut(&mut self) -> Option<&mut Engine> {
-        self.state.get_mut().ok().map(|s| &mut s.engine)
-    }
 }
 
 /// A group of ranks that communicate: the untyped communicator.
@@ -116,6 +111,7 @@ impl Group {
             splits: AtomicU64::new(0),
             windows: AtomicU64::new(0),
             aborted,
+            finalized: AtomicBool::new(false),
             proxy: Mutex::new(None),
             callers: AtomicUsize::new(0),
             state: Mutex::new(State { engine, plans, kept: None }),

@@ -3,6 +3,7 @@
 
 mod agree;
 mod buffer;
+pub(crate) mod exit;
 mod group;
 mod request;
 mod shared;
@@ -10,6 +11,7 @@ mod split;
 mod typed;
 
 pub use crate::exec::engine::install_dump_on_sigusr1;
+pub use agree::MISMATCH_EXIT;
 #[doc(hidden)]
 pub use buffer::Place;
 pub use buffer::{Buffer, BufferMut};

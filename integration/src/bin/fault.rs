@@ -12,8 +12,8 @@
 //! `fault check N [split]`: all_reduce N elements, in place and on an
 //! `alloc_shared` buffer, and check them (prints `checked`); with `split`,
 //! then idle a second, split in two and all_reduce in each half.
-//! `fault roots broadcast|reduce N`: every rank its own root, then an
-//! all_reduce.
+//! `fault roots broadcast|reduce N [last]`: every rank its own root, then
+//! an all_reduce (none with `last`).
 //! `fault alloc-hang N`: rank 0 waits inside `alloc_shared(N)` for ranks
 //! that never come.
 //! `fault gpu-exit R`: on emulated GPUs, every rank queues an all-reduce
@@ -122,7 +122,9 @@ fn main() {
                 _ => comm.broadcast(&mut v, g.rank()),
             };
             first.unwrap_or_else(|e| report(e));
-            comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            if args.get(3).map(String::as_str) != Some("last") {
+                comm.all_reduce(&mut buf, Sum).unwrap_or_else(|e| report(e));
+            }
             println!("no error");
         }
         Some("alloc-hang") => {
@@ -158,7 +160,7 @@ fn main() {
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
         _ => eprintln!(
-            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N [split] | roots broadcast|reduce N | alloc-hang N | gpu-exit R | hang"
+            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N [split] | roots broadcast|reduce N [last] | alloc-hang N | gpu-exit R | hang"
         ),
     }
 }
