@@ -39,6 +39,12 @@ pub trait Op: Copy + Default + Debug + Send + Sync + 'static {
     /// The operator's name in ccl's CUDA kernels (`"Sum"`), if it has
     /// kernels; a user operator has none and cannot run on device buffers.
     const CUDA: Option<&'static str> = None;
+    /// Whether [`NAME`](Op::NAME) alone tells this operator from every
+    /// other: true for ccl's own, whose names are distinct; a user
+    /// operator is told apart by its type's path too, so that two
+    /// operators of the same name never pass for one another.
+    #[doc(hidden)]
+    const NAMED_UNIQUELY: bool = false;
 }
 
 /// `Self` reduces elements of `T`.
@@ -88,6 +94,7 @@ macro_rules! def_op {
         impl Op for $name {
             const NAME: &'static str = $s;
             const CUDA: Option<&'static str> = Some(stringify!($name));
+            const NAMED_UNIQUELY: bool = true;
         }
     )*};
 }
@@ -175,6 +182,7 @@ pub(crate) struct NoOp;
 
 impl Op for NoOp {
     const NAME: &'static str = "none";
+    const NAMED_UNIQUELY: bool = true;
 }
 
 impl<T: Reduce> ReduceOp<T> for NoOp {

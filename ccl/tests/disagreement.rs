@@ -103,3 +103,55 @@ fn under_full_checking_every_rank_fails_at_the_call_itself() {
         names_both(&counts, ["all_reduce(1000 × f32", "all_reduce(0 × f32"]);
     }
 }
+
+/// Two operators of one name, each in a module of its own.
+mod first {
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Pick;
+    impl ccl::Op for Pick {
+        const NAME: &'static str = "pick";
+    }
+    impl ccl::ReduceOp<f32> for Pick {
+        fn combine(a: f32, b: f32) -> f32 {
+            a.max(b)
+        }
+    }
+}
+
+mod second {
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Pick;
+    impl ccl::Op for Pick {
+        const NAME: &'static str = "pick";
+    }
+    impl ccl::ReduceOp<f32> for Pick {
+        fn combine(a: f32, b: f32) -> f32 {
+            a.min(b)
+        }
+    }
+}
+
+#[test]
+fn operators_of_one_name_but_two_types_are_two_calls() {
+    for check in [CheckMode::Default, CheckMode::Full] {
+        let out = LocalJob::new(2).config(config(check)).run(|g| {
+            let mut v = vec![g.rank() as f32; 64];
+            let c = g.typed::<f32>();
+            if g.rank() == 0 {
+                c.all_reduce(&mut v, first::Pick)
+            } else {
+                c.all_reduce(&mut v, second::Pick)
+            }
+        });
+        for (rank, r) in out.into_iter().enumerate() {
+            let e = r.expect_err("the operators differ");
+            assert!(matches!(e.kind(), ErrorKind::Mismatch { .. }), "rank {rank}, {check:?}: {e}");
+        }
+    }
+    // the same operator on every rank is one call
+    let out = LocalJob::new(2).config(config(CheckMode::Full)).run(|g| {
+        let mut v = vec![g.rank() as f32; 64];
+        g.typed::<f32>().all_reduce(&mut v, first::Pick).map(|()| v[0])
+    });
+    assert!(out.into_iter().all(|r| r.expect("one call") == 1.0));
+}

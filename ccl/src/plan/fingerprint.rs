@@ -81,8 +81,19 @@ impl<T: Reduce, O: ReduceOp<T>> NameHashes<T, O> {
     /// The type's name hash for device buffers: `T::NAME` then `@gpu`, so
     /// a device call never matches a host call.
     pub const TYPE_ON_GPU: u32 = name_hash_parts(&[T::NAME, "@gpu"]);
-    /// The operator's name hash.
-    pub const OP: u32 = name_hash(O::NAME);
+    /// The operator's name hash, of ccl's own operators.
+    const OP_NAME: u32 = name_hash(O::NAME);
+
+    /// The operator's hash: of its name where that tells it apart (ccl's
+    /// own, at compile time), else of its name and its type's path.
+    #[inline]
+    pub fn op() -> u32 {
+        if O::NAMED_UNIQUELY {
+            Self::OP_NAME
+        } else {
+            name_hash_parts(&[O::NAME, "@", std::any::type_name::<O>()])
+        }
+    }
 }
 
 const P2P: u8 = 0xff;

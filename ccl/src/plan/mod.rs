@@ -80,7 +80,7 @@ impl<T> Call<'_, T> {
     where
         T: Reduce,
     {
-        let op_hash = if self.coll.reduces() { Names::<T, O>::OP } else { 0 };
+        let op_hash = if self.coll.reduces() { Names::<T, O>::op() } else { 0 };
         // a device call must not meet a host call: their types differ in the fingerprint
         let type_hash = if self.device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
         Fingerprint::new(self.coll, std::mem::size_of::<T>(), type_hash, op_hash, self.count, self.root, seq)
