@@ -27,9 +27,6 @@ enum Want {
     /// A failure (no signal) whose every rank error contains one of
     /// these, the first among them.
     Fails(&'static [&'static str]),
-    /// As `Fails`, or an exit 0 where each of this many ranks says, as its
-    /// communicator is dropped, that a call of its differs from a peer's.
-    FailsOrNoted(&'static [&'static str], usize),
 }
 
 struct Row {
@@ -71,10 +68,6 @@ fn judge(o: &Output, want: &Want) -> Result<(), String> {
         Want::Unharmed(n) => o.status.success() && checked == *n,
         Want::UnharmedOr(n, clear) => o.status.success() && checked == *n || fails_clearly(clear),
         Want::Fails(clear) => fails_clearly(clear),
-        Want::FailsOrNoted(clear, n) => {
-            let noted = err.lines().filter(|l| l.contains("found as the communicator was dropped")).count();
-            fails_clearly(clear) || o.status.success() && noted == *n && errors.is_empty()
-        }
     };
     if ok && !err.contains("forged") {
         Ok(())
@@ -115,6 +108,47 @@ impl Suite {
         self.rows.push(Row { name: name.into(), ranks, exit: o.status.code(), ok: verdict.is_ok(), took });
     }
 
+    /// Starts `ranks` ranks of `cmd` as another launcher would (Slurm's
+    /// variables), with the rendezvous at 127.0.0.1:`port` (`CCL_ROOT`),
+    /// and judges them as one job that must be unharmed.
+    fn ranks_at(&mut self, name: &str, ranks: usize, port: u16, env: &[(&str, &str)], cmd: &[&str], bound: u64) {
+        use std::os::unix::process::ExitStatusExt;
+        let secret: String = (0..16).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+        let t = Instant::now();
+        let started: Vec<_> = (0..ranks)
+            .map(|r| {
+                Command::new(cmd[0])
+                    .args(&cmd[1..])
+                    .envs([("SLURM_PROCID", r.to_string()), ("SLURM_NTASKS", ranks.to_string())])
+                    .envs([("SLURM_LOCALID", r.to_string()), ("CCL_ROOT", format!("127.0.0.1:{port}"))])
+                    .envs([("CCL_SECRET", secret.clone()), ("CCL_TIMEOUT", "60".into())])
+                    .envs(env.iter().copied())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("a rank")
+            })
+            .collect();
+        let mut all = Output { status: std::process::ExitStatus::from_raw(0), stdout: Vec::new(), stderr: Vec::new() };
+        for rank in started {
+            let o = rank.wait_with_output().expect("rank");
+            if all.status.success() {
+                all.status = o.status;
+            }
+            all.stdout.extend(o.stdout);
+            all.stderr.extend(o.stderr);
+        }
+        let took = t.elapsed();
+        let verdict = judge(&all, &Want::Unharmed(ranks)).and_then(|()| match took < Duration::from_secs(bound) {
+            true => Ok(()),
+            false => Err(format!("took {took:?}, over its bound of {bound} s")),
+        });
+        if let Err(why) = &verdict {
+            self.failures.push(format!("{name} ({ranks} ranks): {why}"));
+        }
+        self.rows.push(Row { name: name.into(), ranks, exit: all.status.code(), ok: verdict.is_ok(), took });
+    }
+
     /// Starts the adversary, as `nobody`, with `args`.
     fn attacker(&self, args: &[&str]) -> std::process::Child {
         let exe = self.dir.join("adversary");
@@ -122,6 +156,7 @@ impl Suite {
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(&exe)
             .args(args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("start the adversary")
@@ -178,6 +213,51 @@ fn adversary_suite() {
     let held = std::io::read_to_string(flood.stdout.take().expect("stdout")).unwrap_or_default();
     println!("adversary: {}", held.trim());
 
+    // two processes opening and closing connections as fast as they can
+    // at the rendezvous and every rank's listener, holding the last ones
+    let churn: Vec<_> = (0..2).map(|_| s.attacker(&["churn", "40"])).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for (ranks, x) in [(2, "CCL_SHM_DISABLE=1"), (4, "CCL_SHM_DISABLE=1"), (4, "CCL_SHM_DISABLE=0")] {
+        let name = format!("connections churned by 2 ({})", if x.ends_with('1') { "tcp" } else { "shm" });
+        s.job(&name, ranks, &[], &["-x", x, FAULT, "check", "100000", "split"], Want::Unharmed(ranks), 60);
+    }
+    for mut a in churn {
+        drop(a.stdin.take()); // the end of its input ends it
+        let _ = a.wait();
+        let said = std::io::read_to_string(a.stdout.take().expect("stdout")).unwrap_or_default();
+        println!("adversary: {}", said.trim());
+    }
+
+    // the same at a rendezvous whose port is known before the job starts
+    // (CCL_ROOT, ranks started by another launcher): the churn is at full
+    // speed when rank 0 starts listening
+    for (ranks, shm) in [(4, "1"), (4, "0"), (8, "1")] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(0, |a| a.port());
+        let churn: Vec<_> = (0..2).map(|_| s.attacker(&["churn", "60", &port.to_string()])).collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let name = format!("CCL_ROOT's port churned by 2 ({})", if shm == "1" { "tcp" } else { "shm" });
+        s.ranks_at(&name, ranks, port, &[("CCL_SHM_DISABLE", shm)], &[FAULT, "check", "100000", "split"], 60);
+        for mut a in churn {
+            drop(a.stdin.take()); // the end of its input ends it
+            let _ = a.wait();
+            let said = std::io::read_to_string(a.stdout.take().expect("stdout")).unwrap_or_default();
+            println!("adversary: {}", said.trim());
+        }
+    }
+
+    // /dev/shm full of junk names by another user: every rank (and
+    // cclrun) used to look each up before starting
+    let mut junk = s.attacker(&["junk", "120", "100000"]);
+    let mut said = String::new();
+    let mut out = std::io::BufReader::new(junk.stdout.take().expect("stdout"));
+    let _ = std::io::BufRead::read_line(&mut out, &mut said);
+    println!("adversary: {}", said.trim());
+    for ranks in [2, 8] {
+        s.job("100 k junk ccl-* names in /dev/shm", ranks, &[], &check, Want::Unharmed(ranks), 30);
+    }
+    drop(junk.stdin.take());
+    let _ = junk.wait();
+
     // a small /dev/shm: Docker's 64 MiB, and 1 MiB
     let full: &[&str] = &["/dev/shm has", "lost rank", "transport:"];
     for size in ["64m", "1m"] {
@@ -196,15 +276,21 @@ fn adversary_suite() {
         }
     }
 
-    // ranks that disagree on the root, by default and under CCL_CHECK=full
-    let roots: &[&str] = &["but the peer called", "lost rank", "communicator is unusable"];
+    // ranks that disagree on the root, by default and under CCL_CHECK=full,
+    // in a call followed by another or in the last: the job fails
+    let roots: &[&str] =
+        &["but the peer called", "lost rank", "communicator is unusable", "found as the communicator was dropped"];
     for check in ["default", "full"] {
         for (coll, count) in [("broadcast", "4"), ("broadcast", "4194304"), ("reduce", "4"), ("reduce", "4194304")] {
-            for ranks in [2, 4] {
-                let name = format!("{coll} of {count} with roots mismatched ({check})");
+            for (ranks, last) in [(2, ""), (4, ""), (4, "last")] {
+                let name = format!(
+                    "{coll} of {count} with roots mismatched ({check}{})",
+                    if last.is_empty() { "" } else { ", last" }
+                );
                 let x = format!("CCL_CHECK={check}");
-                let want = if check == "full" { Want::Fails(roots) } else { Want::FailsOrNoted(roots, ranks) };
-                s.job(&name, ranks, &[], &["-x", &x, FAULT, "roots", coll, count], want, 40);
+                let mut args = vec!["-x", &x, FAULT, "roots", coll, count];
+                args.extend((!last.is_empty()).then_some(last));
+                s.job(&name, ranks, &[], &args, Want::Fails(roots), 40);
             }
         }
     }
@@ -217,12 +303,12 @@ fn adversary_suite() {
 
     ctrl_c_inside_alloc_shared(&mut s);
 
-    println!("| {:<52} | ranks | exit | outcome      | time     |", "scenario");
-    println!("|{}|-------|------|--------------|----------|", "-".repeat(54));
+    println!("| {:<58} | ranks | exit | outcome      | time     |", "scenario");
+    println!("|{}|-------|------|--------------|----------|", "-".repeat(60));
     for r in &s.rows {
         let exit = r.exit.map_or("sig".into(), |c| c.to_string());
         let outcome = if r.ok { "as required" } else { "WRONG" };
-        println!("| {:<52} | {:>5} | {exit:>4} | {outcome:<12} | {:>6.2} s |", r.name, r.ranks, r.took.as_secs_f64());
+        println!("| {:<58} | {:>5} | {exit:>4} | {outcome:<12} | {:>6.2} s |", r.name, r.ranks, r.took.as_secs_f64());
     }
     let left: Vec<String> = own_shm_files().into_iter().filter(|f| !before.contains(f)).collect();
     println!("files left in /dev/shm: {}", left.len());

@@ -10,6 +10,7 @@
 //! threads. Shared memory and TCP plug in as further variants: the
 //! executor and the algorithms do not change.
 
+pub mod admit;
 pub mod call_board;
 pub mod doorbell;
 pub mod fifo;

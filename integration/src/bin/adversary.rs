@@ -12,6 +12,20 @@
 //! `adversary flood SECS N`: for SECS seconds, opens N idle connections
 //! to every TCP port that starts listening on a loopback address, and
 //! holds them.
+//!
+//! `adversary junk SECS N`: creates N empty files in `/dev/shm` whose
+//! names look like ccl's (`ccl-<tag>-b0-p<pid>`, of live and dead pids),
+//! says so, holds them for SECS seconds or until its standard input
+//! closes, and removes them.
+//!
+//! `adversary churn SECS`: for SECS seconds, or until its standard input
+//! closes, opens connections to every TCP port that starts listening on a
+//! loopback address, newest first, as fast as three threads can, and
+//! closes each at once, but for one thread's last 300 per port, which it
+//! holds (the idle holding what places they can, newcomers pushing out
+//! the oldest of a listener's handshakes). `adversary churn SECS PORT`
+//! also aims at 127.0.0.1:PORT from the start, before anything listens
+//! there (a rendezvous at a port known in advance: `CCL_ROOT`).
 
 use std::collections::HashSet;
 use std::net::TcpStream;
@@ -25,7 +39,9 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("squat") => squat(end, Path::new(args.get(2).map_or("/nonexistent", String::as_str))),
         Some("flood") => flood(end, args.get(2).and_then(|s| s.parse().ok()).unwrap_or(150)),
-        _ => eprintln!("usage: adversary squat SECS VICTIM | flood SECS N"),
+        Some("junk") => junk(end, args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000)),
+        Some("churn") => churn(end, args.get(2).and_then(|s| s.parse().ok())),
+        _ => eprintln!("usage: adversary squat SECS VICTIM | flood SECS N | junk SECS N | churn SECS [PORT]"),
     }
 }
 
@@ -135,4 +151,96 @@ fn flood(end: Instant, n: usize) {
         std::thread::sleep(Duration::from_millis(5));
     }
     println!("held {} idle connections to {} ports", held.len(), hit.len());
+}
+
+fn churn(end: Instant, port: Option<u16>) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    use std::sync::{Arc, Mutex};
+    let before = listening();
+    let stop = Arc::new(AtomicBool::new(false));
+    let told = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        told.store(true, Relaxed);
+    });
+    // the ports that started listening, newest first, kept fresh by a
+    // thread of their own (reading /proc/net/tcp is slow once the churn's
+    // closed connections fill it)
+    let known: Vec<_> =
+        port.map(|p| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, p)).into_iter().collect();
+    let targets: Arc<Mutex<Vec<std::net::SocketAddrV4>>> = Arc::new(Mutex::new(known.clone()));
+    let ports = Arc::new(Mutex::new(HashSet::new()));
+    {
+        let (targets, ports, stop) = (Arc::clone(&targets), Arc::clone(&ports), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Relaxed) && Instant::now() < end {
+                let now: Vec<_> = listening().into_iter().filter(|a| !before.contains(a)).collect();
+                if let (Ok(mut t), Ok(mut p)) = (targets.lock(), ports.lock()) {
+                    let new: Vec<_> = now.iter().filter(|a| !p.contains(*a)).copied().collect();
+                    p.extend(new.iter().copied());
+                    t.retain(|a| now.contains(a) || known.contains(a));
+                    for a in new {
+                        t.insert(0, a);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        });
+    }
+    let opened = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let (targets, stop, opened) = (Arc::clone(&targets), Arc::clone(&stop), Arc::clone(&opened));
+            std::thread::spawn(move || {
+                let mut held: std::collections::HashMap<_, std::collections::VecDeque<TcpStream>> = Default::default();
+                while !stop.load(Relaxed) && Instant::now() < end {
+                    let now = targets.lock().map(|t| t.clone()).unwrap_or_default();
+                    if now.is_empty() {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    for at in now {
+                        for _ in 0..50 {
+                            let to = std::net::SocketAddr::V4(at);
+                            let Ok(c) = TcpStream::connect_timeout(&to, Duration::from_millis(100)) else { break };
+                            opened.fetch_add(1, Relaxed);
+                            // one worker holds its last 300 per port; the others close at once
+                            if w == 0 {
+                                let kept = held.entry(at).or_default();
+                                kept.push_back(c);
+                                if kept.len() > 300 {
+                                    kept.pop_front();
+                                }
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
+    }
+    let n = ports.lock().map(|p| p.len()).unwrap_or(0);
+    println!("opened {} connections to {n} ports", opened.load(Relaxed));
+}
+
+fn junk(end: Instant, n: usize) {
+    let me = std::process::id();
+    let names: Vec<PathBuf> = (0..n)
+        .map(|i| PathBuf::from(format!("/dev/shm/ccl-{:016x}-b{}-p{}", i / 64, i % 64, me + (i % 2) as u32 * 7)))
+        .filter(|p| std::fs::write(p, []).is_ok())
+        .collect();
+    println!("made {} junk names", names.len());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(end.saturating_duration_since(Instant::now()));
+    for p in &names {
+        let _ = std::fs::remove_file(p);
+    }
 }

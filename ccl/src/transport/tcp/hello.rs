@@ -4,10 +4,11 @@
 
 use super::{io_err, keepalive, Link, Shared};
 use crate::error::{Error, Result};
+use crate::transport::admit::{self, Caps, DropLog};
 use crate::transport::ConnKey;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -17,36 +18,38 @@ const MAGIC: &[u8; 4] = b"CCLT";
 /// index, sockets per connection, nonce, and the HMAC tag over all of them.
 pub(super) const HELLO: usize = 4 + 8 + 8 + 8 + 4 + 4 + 4 + 16 + 32;
 
-/// An accepted socket waiting for its hello: source, deadline, bytes so far.
+/// An accepted socket waiting for its hello: source, when it was accepted,
+/// bytes so far.
 pub(super) type Unhello = (TcpStream, std::net::SocketAddr, Instant, Vec<u8>);
+
+impl admit::Waiting for Unhello {
+    fn source(&self) -> std::net::IpAddr {
+        self.1.ip()
+    }
+    fn since(&self) -> Instant {
+        self.2
+    }
+    fn proved(&self) -> bool {
+        false // a socket whose hello verifies leaves the queue at once
+    }
+}
 
 /// How long an accepted connection has to send its hello.
 const HELLO_WITHIN: Duration = Duration::from_secs(5);
 
-/// Connections from one address that may wait for their hello at once,
-/// and from all addresses: beyond either, the oldest gives way to the
-/// newcomer (a peer's hello follows its connect at once; an idle
-/// stranger's never comes).
-const UNHELLOED: (usize, usize) = (128, 1024);
+/// Connections that may wait for their hello at once, from one address
+/// and from all: beyond either, the oldest of the busiest source gives way
+/// to the newcomer ([`admit`]), after every waiting one has had its hello
+/// read; a peer pushed out connects again ([`ACK`]).
+const UNHELLOED: Caps = Caps { per_source: 128, total: 1024 };
 
-/// Says that a connection from `from` was dropped and why: at most one
-/// line a second, with how many went unsaid, so a flood of strangers
-/// cannot flood the job's output too.
-fn dropped(from: std::net::SocketAddr, why: &dyn std::fmt::Display) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
-    static UNSAID: AtomicU64 = AtomicU64::new(0);
-    let Ok(mut last) = LAST.lock() else { return };
-    if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
-        UNSAID.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    *last = Some(Instant::now());
-    match UNSAID.swap(0, Ordering::Relaxed) {
-        0 => eprintln!("ccl: tcp: dropped connection from {from}: {why}"),
-        n => eprintln!("ccl: tcp: dropped connection from {from}: {why} (and {n} more since the last such line)"),
-    }
-}
+/// The byte a listener sends back on a data socket whose hello it kept:
+/// until it comes, the sender writes nothing else there, and a socket
+/// closed before it is connected again.
+pub(super) const ACK: u8 = 0x06;
+
+/// Dropped connections, said at most once a second.
+static DROPS: DropLog = DropLog::new("tcp");
 
 /// The HMAC-SHA256 of `bytes` under the job's `secret`.
 fn mac(secret: &[u8], bytes: &[u8]) -> Result<[u8; 32]> {
@@ -98,34 +101,41 @@ impl Shared {
     }
 
     /// Accepts every pending connection and reads what hellos have
-    /// arrived, without blocking; keeps the authenticated connections, drops
-    /// (and logs, with the source address) the rest, and any that has not
-    /// said hello within [`HELLO_WITHIN`].
+    /// arrived, without blocking; keeps the authenticated connections
+    /// (acknowledged with [`ACK`]), drops (and says, with the source
+    /// address) the rest, and any that has not said hello within
+    /// [`HELLO_WITHIN`]. Before a newcomer pushes out a waiting connection,
+    /// the hellos that have arrived are read, so only silent ones go.
     pub(super) fn accept(&self) {
         let Ok(mut pending) = self.pending.lock() else { return };
+        self.read_hellos(&mut pending);
+        // accepted since the hellos were last read: a waiting socket is read
+        // several times before enough newcomers come to push it out
+        let mut unread = 0;
         while let Ok((s, from)) = self.listener.accept() {
-            // where too many wait from this address (`same`) or from any,
-            // the oldest of them
-            let oldest = |p: &[Unhello], same: bool| {
-                let of: Vec<usize> = (0..p.len()).filter(|&i| !same || p[i].1.ip() == from.ip()).collect();
-                let cap = if same { UNHELLOED.0 } else { UNHELLOED.1 };
-                if of.len() < cap {
-                    return None;
-                }
-                of.into_iter().min_by_key(|&i| p[i].2)
-            };
-            if let Some(i) = oldest(&pending, true).or_else(|| oldest(&pending, false)) {
+            unread += 1;
+            if unread >= UNHELLOED.per_source / 4 && admit::victim(&pending, from.ip(), UNHELLOED).is_some() {
+                self.read_hellos(&mut pending);
+                unread = 0;
+            }
+            if let Some(i) = admit::victim(&pending, from.ip(), UNHELLOED) {
                 let gone = pending.swap_remove(i);
-                dropped(gone.1, &"no hello yet, and too many like it");
+                DROPS.dropped(gone.1, &"no hello yet, and too many like it");
             }
             match s.set_nonblocking(true) {
-                Ok(()) => pending.push((s, from, Instant::now() + HELLO_WITHIN, Vec::with_capacity(HELLO))),
-                Err(e) => dropped(from, &io_err("accept", e)),
+                Ok(()) => pending.push((s, from, Instant::now(), Vec::with_capacity(HELLO))),
+                Err(e) => DROPS.dropped(from, &io_err("accept", e)),
             }
         }
+        self.read_hellos(&mut pending);
+    }
+
+    /// Reads what hellos have arrived on the `pending` sockets, keeping the
+    /// connections whose hello verifies and dropping the failed and late.
+    fn read_hellos(&self, pending: &mut Vec<Unhello>) {
         let mut i = 0;
         while i < pending.len() {
-            let (s, _, deadline, buf) = &mut pending[i];
+            let (s, _, since, buf) = &mut pending[i];
             let mut chunk = [0u8; HELLO];
             let outcome = match s.read(&mut chunk[..HELLO - buf.len()]) {
                 Ok(0) => Some(Err(Error::transport("closed before its hello"))),
@@ -134,7 +144,7 @@ impl Shared {
                     (buf.len() == HELLO).then(|| self.check_hello(buf))
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    (Instant::now() >= *deadline).then(|| Err(Error::transport("no hello in time")))
+                    (since.elapsed() >= HELLO_WITHIN).then(|| Err(Error::transport("no hello in time")))
                 }
                 Err(e) => Some(Err(io_err("hello", e))),
             };
@@ -142,7 +152,7 @@ impl Shared {
                 i += 1;
                 continue;
             };
-            let (s, from, _, _) = pending.swap_remove(i);
+            let (mut s, from, _, _) = pending.swap_remove(i);
             let kept = outcome.and_then(|k| {
                 let _ = s.set_nodelay(true);
                 keepalive(&s).map_err(|e| io_err("keepalive", e))?;
@@ -150,12 +160,16 @@ impl Shared {
             });
             match kept {
                 Ok((key, _)) if key.2 == super::notice::NOTICE => self.keep_notice(key.1, s),
-                Ok((key, idx)) => {
-                    if let Ok(mut inbox) = self.inbox.lock() {
-                        inbox.entry(key).or_insert_with(|| (0..self.nsocks).map(|_| None).collect())[idx] = Some(s);
+                Ok((key, idx)) => match s.write(&[ACK]) {
+                    Ok(1) => {
+                        if let Ok(mut inbox) = self.inbox.lock() {
+                            let socks = inbox.entry(key).or_insert_with(|| (0..self.nsocks).map(|_| None).collect());
+                            socks[idx] = Some(s);
+                        }
                     }
-                }
-                Err(e) => dropped(from, &e),
+                    _ => DROPS.dropped(from, &"closed as its hello was acknowledged"),
+                },
+                Err(e) => DROPS.dropped(from, &e),
             }
         }
     }

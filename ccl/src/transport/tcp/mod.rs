@@ -46,7 +46,9 @@ type Inbox = HashMap<Link, Vec<Option<TcpStream>>>;
 /// Whether poll() should watch a socket, and for what.
 struct SockFlag {
     fd: RawFd,
-    read: bool,
+    /// For reading: a receiver's socket, or a sender's awaiting its
+    /// acknowledgement.
+    want_read: AtomicBool,
     want_write: AtomicBool,
 }
 
@@ -62,8 +64,8 @@ struct Shared {
     /// Receiving connections still waiting for their sockets: while there
     /// are any, the listener is worth polling.
     unclaimed: AtomicUsize,
-    /// Accepted sockets whose hello has not fully arrived: bytes so far,
-    /// source, and when to give up on them. Read without blocking, so a
+    /// Accepted sockets whose hello has not fully arrived: source, when
+    /// accepted, and bytes so far. Read without blocking, so a
     /// silent connection never stalls the rank.
     pending: Mutex<Vec<hello::Unhello>>,
     /// Nonces of the hellos accepted so far: a hello seen once is refused
@@ -125,7 +127,11 @@ impl Shared {
     /// Registers `stream` with what the idle rank polls: for reading
     /// (`read`), or for writing while its queue is not empty.
     fn watch(&self, stream: &TcpStream, read: bool) -> Arc<SockFlag> {
-        let f = Arc::new(SockFlag { fd: stream.as_raw_fd(), read, want_write: AtomicBool::new(false) });
+        let f = Arc::new(SockFlag {
+            fd: stream.as_raw_fd(),
+            want_read: AtomicBool::new(read),
+            want_write: AtomicBool::new(false),
+        });
         if let Ok(mut p) = self.polled.lock() {
             p.retain(|w| w.strong_count() > 0);
             p.push(Arc::downgrade(&f));
@@ -154,6 +160,31 @@ pub struct Tcp {
     bell: Doorbell,
     /// (peer, communicator, latest call) told so far ([`notice`]).
     told_to: Mutex<std::collections::HashSet<(usize, u64, u64)>>,
+}
+
+/// What a sending end needs to open (and, when its peer's listener pushed
+/// it out before reading its hello, open again) socket `idx` of its
+/// connection.
+struct Dial {
+    addr: SocketAddr,
+    key: ConnKey,
+    shared: Arc<Shared>,
+}
+
+impl Dial {
+    /// Socket `idx`, connected, its hello sent, non-blocking and watched
+    /// for its acknowledgement ([`hello::ACK`]).
+    fn connect(&self, idx: usize) -> Result<(TcpStream, Arc<SockFlag>)> {
+        let addr = self.addr;
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+            .map_err(|e| io_err(&format!("connect to {addr}"), e))?;
+        let _ = s.set_nodelay(true);
+        keepalive(&s).map_err(|e| io_err("keepalive", e))?;
+        s.write_all(&self.shared.hello(self.key, idx)?).map_err(|e| io_err("hello", e))?;
+        s.set_nonblocking(true).map_err(|e| io_err("connect", e))?;
+        let flag = self.shared.watch(&s, true);
+        Ok((s, flag))
+    }
 }
 
 /// Endpoint `r`'s host in `hosts`, for an error that names it lost.
@@ -211,19 +242,10 @@ impl Transport for Tcp {
 
     fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {
         let addr = *self.peers.get(key.to).ok_or_else(|| Error::internal("peer address"))?;
-        let mut socks = Vec::with_capacity(self.shared.nsocks);
-        for idx in 0..self.shared.nsocks {
-            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-                .map_err(|e| io_err(&format!("connect to {addr}"), e))?;
-            let _ = s.set_nodelay(true);
-            keepalive(&s).map_err(|e| io_err("keepalive", e))?;
-            s.write_all(&self.shared.hello(key, idx)?).map_err(|e| io_err("hello", e))?;
-            s.set_nonblocking(true).map_err(|e| io_err("connect", e))?;
-            let flag = self.shared.watch(&s, false);
-            socks.push((s, flag));
-        }
+        let dial = Dial { addr, key, shared: Arc::clone(&self.shared) };
+        let socks = (0..self.shared.nsocks).map(|idx| dial.connect(idx)).collect::<Result<Vec<_>>>()?;
         let slots = Slots::new(ring)?;
-        Ok(SendConn::Tcp(TcpSend::new(key.to, Arc::clone(&self.hosts), self.checksum, socks, slots)))
+        Ok(SendConn::Tcp(TcpSend::new(Arc::clone(&self.hosts), self.checksum, dial, socks, slots)))
     }
 
     fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn> {
@@ -247,7 +269,7 @@ impl Transport for Tcp {
         }
         if let Ok(p) = self.shared.polled.lock() {
             for f in p.iter().filter_map(Weak::upgrade) {
-                let events = if f.read {
+                let events = if f.want_read.load(Ordering::Relaxed) {
                     libc::POLLIN
                 } else if f.want_write.load(Ordering::Relaxed) {
                     libc::POLLOUT
@@ -394,6 +416,57 @@ mod tests {
         let mut r = rx.connect_recv(key, small).expect("recv");
         let e = relay(&mut s, &mut r, &[vec![1; 1024]]).expect_err("oversized frame");
         assert_eq!(e.to_string(), "transport: frame of 1024 bytes exceeds a slot of 64");
+    }
+
+    #[test]
+    fn a_sender_pushed_out_before_its_hello_was_read_connects_again_and_waits_for_its_ack() {
+        // a listener standing for a flooded rank's: it drops the first
+        // connection unread, as a flood of newer strangers would push it out
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let at = l.local_addr().expect("addr");
+        let tx = Tcp::new(0, [9; 16], Tcp::listen([127, 0, 0, 1].into()).expect("listen"), vec![at; 2], 1, false);
+        let ring = Geometry { nslots: 2, slot_bytes: 1024 };
+        let mut s = tx.connect_send(ConnKey { comm: 3, from: 0, to: 1, channel: 0 }, ring).expect("send");
+        let accept = |s: &mut SendConn, what: &str| {
+            let t = Instant::now();
+            loop {
+                let _ = s.flush();
+                match l.accept() {
+                    Ok((c, _)) => return c,
+                    Err(_) if t.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(1)),
+                    Err(e) => panic!("{what}: {e}"),
+                }
+            }
+        };
+        drop(accept(&mut s, "the first connection"));
+        let p = s.reserve(8, false).expect("reserve").expect("a free slot");
+        // SAFETY: a reserved slot of at least 8 bytes.
+        unsafe { std::ptr::copy_nonoverlapping([5u8; 8].as_ptr(), p, 8) };
+        s.post(8, &[0; 4]);
+        use std::io::Read;
+        let mut c = accept(&mut s, "the connection opened again");
+        c.set_nonblocking(false).expect("blocking");
+        c.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+        let mut hello = vec![0u8; HELLO];
+        c.read_exact(&mut hello).expect("a fresh hello");
+        let mut more = [0u8; 1];
+        s.flush().expect("nothing to write yet");
+        assert!(c.read(&mut more).is_err(), "data before the acknowledgement");
+        c.write_all(&[hello::ACK]).expect("ack");
+        c.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        let mut frame = [0u8; HEADER + 8];
+        let t = Instant::now();
+        let mut got = 0;
+        while got < frame.len() && t.elapsed() < Duration::from_secs(10) {
+            s.flush().expect("flush");
+            c.set_nonblocking(true).expect("nonblocking");
+            match c.read(&mut frame[got..]) {
+                Ok(n) => got += n,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        assert_eq!(&frame[HEADER..], &[5u8; 8], "the message, once acknowledged");
     }
 
     #[test]

@@ -143,6 +143,10 @@ impl TcpRecv {
                     }
                     Err(e) if e.kind() == IoKind::WouldBlock => break,
                     Err(e) if e.kind() == IoKind::Interrupted => {}
+                    // a peer that ends with bytes unread (an acknowledgement
+                    // that came late) resets rather than closes: the same
+                    // between messages
+                    Err(e) if e.kind() == IoKind::ConnectionReset && s.off == 0 => s.closed = true,
                     Err(e) => return Err(io_err("read", e)),
                 }
             }

@@ -2,15 +2,20 @@
 //! lent by a call, written to the sockets as they take them.
 
 use super::frame::{frame_check, header, HEADER, LOST};
+use super::hello::ACK;
 use super::slots::Slots;
-use super::{host_of, SockFlag};
+use super::{host_of, Dial, SockFlag};
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::admit::DropLog;
 use std::collections::VecDeque;
-use std::io::{ErrorKind as IoKind, IoSlice, Write};
+use std::io::{ErrorKind as IoKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Sockets opened again, said at most once a second.
+static REDIALS: DropLog = DropLog::new("tcp");
 
 /// Where a queued frame's payload is.
 #[derive(Clone, Copy)]
@@ -39,12 +44,27 @@ struct SendSock {
     queue: VecDeque<Frame>,
     off: usize,
     flag: Arc<SockFlag>,
+    /// The peer's listener kept this socket ([`ACK`]): until then nothing
+    /// is written to it.
+    acked: bool,
+    /// Times the peer's listener closed this socket before keeping it (a
+    /// flood of strangers pushing it out), and it was opened again.
+    redials: usize,
+}
+
+/// What waiting for a socket's acknowledgement found.
+enum Ack {
+    /// It came: write away.
+    Came,
+    /// Not yet (or the socket was opened again): write nothing now.
+    Waiting,
 }
 
 /// The sending end: staged slots, and lent memory, written out as the
 /// sockets take them.
 pub struct TcpSend {
     peer: usize,
+    dial: Dial,
     hosts: Arc<[String]>,
     checksum: bool,
     socks: Vec<SendSock>,
@@ -63,20 +83,28 @@ pub struct TcpSend {
 unsafe impl Send for TcpSend {}
 
 impl TcpSend {
-    /// The sending end to endpoint `peer` (whose host `hosts` names) over
-    /// `socks`, connected and watched, staging in `slots`; `checksum` adds
-    /// a CRC32 to every frame.
+    /// The sending end of `dial`'s connection (whose peer's host `hosts`
+    /// names) over `socks`, connected and watched, staging in `slots`;
+    /// `checksum` adds a CRC32 to every frame.
     pub(super) fn new(
-        peer: usize,
         hosts: Arc<[String]>,
         checksum: bool,
+        dial: Dial,
         socks: Vec<(TcpStream, Arc<SockFlag>)>,
         slots: Slots,
     ) -> Self {
-        let socks = socks.into_iter().map(|(stream, flag)| SendSock { stream, queue: VecDeque::new(), off: 0, flag });
+        let socks = socks.into_iter().map(|(stream, flag)| SendSock {
+            stream,
+            queue: VecDeque::new(),
+            off: 0,
+            flag,
+            acked: false,
+            redials: 0,
+        });
         let free = (0..slots.n).rev().collect();
         TcpSend {
-            peer,
+            peer: dial.key.to,
+            dial,
             hosts,
             checksum,
             socks: socks.collect(),
@@ -89,12 +117,48 @@ impl TcpSend {
         }
     }
 
+    /// Reads socket `idx`'s acknowledgement if it has come; where the
+    /// peer's listener closed the socket first, opens it again. A peer
+    /// whose listener is gone (the connection refused) is lost.
+    fn await_ack(s: &mut SendSock, dial: &Dial, idx: usize) -> std::result::Result<Ack, String> {
+        let mut b = [0u8; 1];
+        match (&s.stream).read(&mut b) {
+            Ok(1) if b[0] == ACK => {
+                s.acked = true;
+                s.flag.want_read.store(false, Ordering::Relaxed);
+                return Ok(Ack::Came);
+            }
+            Err(e) if matches!(e.kind(), IoKind::WouldBlock | IoKind::Interrupted) => return Ok(Ack::Waiting),
+            _ => {}
+        }
+        s.redials += 1;
+        let (stream, flag) = dial.connect(idx).map_err(|e| {
+            format!("{e} (its listener had closed this connection {} time(s) before reading its hello)", s.redials)
+        })?;
+        if s.redials.is_power_of_two() {
+            REDIALS.note(&format_args!(
+                "the listener of rank {} at {} closed a connection before reading its hello {} time(s) (a flood of \
+                 connections to it?); connecting again",
+                dial.key.to, dial.addr, s.redials
+            ));
+        }
+        (s.stream, s.flag) = (stream, flag);
+        Ok(Ack::Waiting)
+    }
+
     /// Writes what the sockets accept now; slots fully written become free.
     pub fn pump(&mut self) -> Result<()> {
         if let Some(e) = &self.err {
             return Err(e.clone());
         }
-        for s in &mut self.socks {
+        for (idx, s) in self.socks.iter_mut().enumerate() {
+            if !s.acked {
+                match Self::await_ack(s, &self.dial, idx) {
+                    Ok(Ack::Came) => {}
+                    Ok(Ack::Waiting) => continue,
+                    Err(why) => return Err(self.fail(&why)),
+                }
+            }
             while let Some(&Frame { payload, len, fp, check }) = s.queue.front() {
                 let data: &[u8] = match payload {
                     Payload::Slot(slot) => self.slots.bytes(slot, len),
@@ -268,9 +332,16 @@ impl Drop for TcpSend {
     /// memory may be gone by now, so it does not.
     fn drop(&mut self) {
         self.forget_lent();
+        // reads the acknowledgements that have come (one left unread would
+        // make the close a reset), and writes what the sockets take now
+        let _ = self.pump();
+        if self.socks.iter().all(|s| s.queue.is_empty()) {
+            return;
+        }
         for s in &self.socks {
             let _ = s.stream.set_nonblocking(false);
             let _ = s.stream.set_write_timeout(Some(Duration::from_secs(10)));
+            let _ = s.stream.set_read_timeout(Some(Duration::from_secs(10)));
         }
         let _ = self.pump();
     }
