@@ -220,3 +220,31 @@ fn a_stopped_cclrun_hides_no_dead_rank_and_keeps_its_timeout() {
     assert_eq!(o.status.code(), Some(124), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(t.elapsed() < Duration::from_secs(15), "ended {:?} after it went on", t.elapsed());
 }
+
+/// Ranks that end as soon as their last call returns: a peer still in
+/// that call has their data, and must finish it rather than find them
+/// gone (over shared memory and TCP alike), every time.
+#[test]
+fn ranks_ending_right_after_their_last_call_fail_no_peer() {
+    let mut failures = Vec::new();
+    // an all-reduce, then a broadcast whose root leaves first
+    let cases = [["check", "1048576"], ["bcast", "4194304"]];
+    for x in ["CCL_SHM_DISABLE=0", "CCL_SHM_DISABLE=1"] {
+        for run in 0..12 {
+            let o = Command::new(cclrun())
+                .args(["-np", "4", "-x", x, "-x", "CCL_TIMEOUT=60", FAULT])
+                .args(cases[run % 2])
+                .output()
+                .expect("cclrun");
+            let checked = String::from_utf8_lossy(&o.stdout).matches("checked").count();
+            if !o.status.success() || checked != 4 {
+                failures.push(format!(
+                    "{x}, run {run}: exit {:?}, {checked} checked\n{}",
+                    o.status.code(),
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
+}

@@ -39,6 +39,9 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     scratch: Vec<T>,
     /// Per channel: the step it is at and the slot within that step.
     pcs: SmallVec<[(usize, usize); 4]>,
+    /// Per channel: the peer it last found itself waiting on, and at which
+    /// (step, slot): for a message from it, or a free slot towards it.
+    stalled: SmallVec<[Stall; 4]>,
     wiring: Arc<Wiring>,
     slot_elems: usize,
     fp: fingerprint::Words,
@@ -64,6 +67,9 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     placed: SmallVec<[usize; 4]>,
     _op: PhantomData<O>,
 }
+
+/// Where a channel found itself waiting: at (step, slot), on a peer.
+type Stall = Option<((usize, usize), usize)>;
 
 /// Where every rank's buffers of a call on shared memory are mapped in
 /// this process (addresses by rank, this rank's own included): what the
@@ -316,6 +322,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             }
         };
         let pcs = smallvec::smallvec![(0, 0); sched.channels.len()];
+        let stalled = smallvec::smallvec![None; sched.channels.len()];
         let placed = smallvec::smallvec![0; sched.channels.len()];
         let input = Self::input_of(&layout, input, output);
         let fp = fp.words();
@@ -326,6 +333,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             output,
             scratch,
             pcs,
+            stalled,
             wiring,
             slot_elems,
             fp,
@@ -383,6 +391,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         self.slots_around = plan.slots_around;
         self.spread = plan.spread;
         self.pcs.iter_mut().for_each(|pc| *pc = (0, 0));
+        self.stalled.iter_mut().for_each(|s| *s = None);
         self.lent.clear();
         self.placed.iter_mut().for_each(|p| *p = 0);
         true
@@ -448,14 +457,20 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 
     /// The ranks the unfinished channels are waiting on, and those that
-    /// memory lent from the call's buffers still goes to.
+    /// memory lent from the call's buffers still goes to. A channel that
+    /// found itself waiting at its step names the one peer it waits on
+    /// there (a peer whose message has arrived is waited on no longer,
+    /// even where it has exited since); else both of its step's peers.
     pub fn blocked_on(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self
             .pcs
             .iter()
             .enumerate()
-            .filter_map(|(c, &(i, _))| self.wiring.sched.channels[c].get(i))
-            .flat_map(|st| [st.recv_peer(), st.send_peer()])
+            .filter_map(|(c, &pc)| Some((c, pc, self.wiring.sched.channels[c].get(pc.0)?)))
+            .flat_map(|(c, pc, st)| match self.stalled[c] {
+                Some((at, peer)) if at == pc => [Some(peer), None],
+                _ => [st.recv_peer(), st.send_peer()],
+            })
             .flatten()
             .chain(self.lent.iter().map(|&(_, peer)| peer))
             .collect();
@@ -569,7 +584,10 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                     self.check_message(st.recv_peer().unwrap_or(0), (bytes, fp), n * size, conns)?;
                     Some(p as *const T)
                 }
-                None => return Ok(false),
+                None => {
+                    self.stalled[c] = st.recv_peer().map(|p| ((i, u), p));
+                    return Ok(false);
+                }
             },
             None => None,
         };
@@ -580,7 +598,10 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 .map_err(|e| e.with_peer(st.send_peer().unwrap_or(0)))?
             {
                 Some(p) => Some(p as *mut T),
-                None => return Ok(false),
+                None => {
+                    self.stalled[c] = st.send_peer().map(|p| ((i, u), p));
+                    return Ok(false);
+                }
             },
             None => None,
         };

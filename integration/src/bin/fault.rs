@@ -14,6 +14,8 @@
 //! then idle a second, split in two and all_reduce in each half.
 //! `fault roots broadcast|reduce N [last]`: every rank its own root, then
 //! an all_reduce (none with `last`).
+//! `fault bcast N`: a broadcast of N elements from rank 0, checked
+//! (prints `checked`), and the end at once.
 //! `fault alloc-hang N`: rank 0 waits inside `alloc_shared(N)` for ranks
 //! that never come.
 //! `fault gpu-exit R`: on emulated GPUs, every rank queues an all-reduce
@@ -127,6 +129,17 @@ fn main() {
             }
             println!("no error");
         }
+        Some("bcast") => {
+            // a broadcast of N elements from rank 0, checked, and the end
+            // at once: the root may be gone before the others are done
+            let mut v: Vec<f32> = (0..arg(1)).map(|i| if g.rank() == 0 { (i % 7) as f32 } else { -1.0 }).collect();
+            comm.broadcast(&mut v, 0).unwrap_or_else(|e| report(e));
+            if let Some(i) = (0..v.len()).find(|&i| v[i] != (i % 7) as f32) {
+                eprintln!("rank {} error: element {i}: {} where {} was due", g.rank(), v[i], i % 7);
+                std::process::exit(1)
+            }
+            println!("checked");
+        }
         Some("alloc-hang") => {
             // rank 0 waits inside alloc_shared of N floats (its file made)
             // for rank 1, which comes only after 600 s
@@ -160,7 +173,7 @@ fn main() {
             std::thread::sleep(std::time::Duration::from_secs(600));
         }
         _ => eprintln!(
-            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N [split] | roots broadcast|reduce N [last] | alloc-hang N | gpu-exit R | hang"
+            "usage: fault exit R C | kill R | stop R | mismatch R | stuck | loop S | check N [split] | roots broadcast|reduce N [last] | bcast N | alloc-hang N | gpu-exit R | hang"
         ),
     }
 }
