@@ -97,7 +97,8 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let config = config.on_machine(&machine);
     let shm =
         Shm::new(&files, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
-    let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum);
+    let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum)
+        .patience(config.timeout);
     let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?
         .with_lost_notes(env.launcher_pid.map(|p| lost_notes::path(&files, p)))
         .with_files(files);

@@ -105,6 +105,7 @@ impl Rendezvous {
     /// Listens on `addr` (port 0 picks one) for `nranks` ranks, under a fresh secret.
     pub fn bind(addr: SocketAddr, nranks: usize) -> Result<Self> {
         let listener = TcpListener::bind(addr).map_err(|e| Error::transport(format!("rendezvous bind {addr}: {e}")))?;
+        admit::deepen_backlog(&listener);
         let addr = listener.local_addr().map_err(super::wire::io)?;
         Ok(Rendezvous { listener, id: UniqueId::new(addr), nranks })
     }
@@ -113,6 +114,7 @@ impl Rendezvous {
     /// the server at `id.addr`, which may differ from `addr`, e.g. `0.0.0.0`).
     pub fn bind_for(addr: SocketAddr, id: UniqueId, nranks: usize) -> Result<Self> {
         let listener = TcpListener::bind(addr).map_err(|e| Error::transport(format!("rendezvous bind {addr}: {e}")))?;
+        admit::deepen_backlog(&listener);
         Ok(Rendezvous { listener, id, nranks })
     }
 

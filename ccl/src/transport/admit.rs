@@ -41,6 +41,9 @@ pub trait Waiting {
 /// go, or where only proved connections are left (the newcomer then waits
 /// its turn in the caller's way, or goes itself).
 pub fn victim<W: Waiting>(waiting: &[W], from: IpAddr, caps: Caps) -> Option<usize> {
+    if waiting.len() < caps.per_source.min(caps.total) {
+        return None;
+    }
     let unproved = || waiting.iter().enumerate().filter(|(_, w)| !w.proved());
     let oldest_of = |ip: IpAddr| unproved().filter(|(_, w)| w.source() == ip).min_by_key(|(_, w)| w.since());
     let same = unproved().filter(|(_, w)| w.source() == from).count();
@@ -56,6 +59,21 @@ pub fn victim<W: Waiting>(waiting: &[W], from: IpAddr, caps: Caps) -> Option<usi
     }
     let busiest = per.into_iter().max_by_key(|&(_, n)| n)?.0;
     oldest_of(busiest).map(|(i, _)| i)
+}
+
+/// Connections a listener's kernel queue holds before it drops new ones:
+/// far more than a rank's peers, so that a flood of strangers, which the
+/// listener accepts and pushes out as fast as it can, leaves room for
+/// them (the kernel caps it at `net.core.somaxconn`).
+const BACKLOG: i32 = 4096;
+
+/// Deepens `l`'s queue of connections not yet accepted to [`BACKLOG`]
+/// (Rust's listeners start with 128); where that fails, it stays as it is.
+pub fn deepen_backlog(l: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: listen() again on a listening socket this listener owns only
+    // changes its queue's length.
+    unsafe { libc::listen(l.as_raw_fd(), BACKLOG) };
 }
 
 /// A line on stderr for each connection dropped, at most one a second,

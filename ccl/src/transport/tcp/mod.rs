@@ -160,6 +160,8 @@ pub struct Tcp {
     bell: Doorbell,
     /// (peer, communicator, latest call) told so far ([`notice`]).
     told_to: Mutex<std::collections::HashSet<(usize, u64, u64)>>,
+    /// How long a connection to a peer is tried ([`Tcp::patience`]).
+    patience: Duration,
 }
 
 /// What a sending end needs to open (and, when its peer's listener pushed
@@ -169,15 +171,42 @@ struct Dial {
     addr: SocketAddr,
     key: ConnKey,
     shared: Arc<Shared>,
+    /// How long to keep trying to connect ([`Tcp::patience`]).
+    patience: Duration,
 }
+
+/// How long one try to connect waits for the peer's listener to take it.
+const CONNECT_TRY: Duration = Duration::from_secs(2);
 
 impl Dial {
     /// Socket `idx`, connected, its hello sent, non-blocking and watched
-    /// for its acknowledgement ([`hello::ACK`]).
+    /// for its acknowledgement ([`hello::ACK`]). A listener whose queue is
+    /// full (a flood of connections to it) takes nothing for a while: the
+    /// connection is tried again, this rank accepting its own meanwhile,
+    /// until [`Tcp::patience`] runs out; one refused has no listener
+    /// behind it.
     fn connect(&self, idx: usize) -> Result<(TcpStream, Arc<SockFlag>)> {
         let addr = self.addr;
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-            .map_err(|e| io_err(&format!("connect to {addr}"), e))?;
+        let start = std::time::Instant::now();
+        let mut tries = 0;
+        let mut s = loop {
+            tries += 1;
+            match TcpStream::connect_timeout(&addr, CONNECT_TRY) {
+                Ok(s) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut && start.elapsed() < self.patience => {
+                    // the peer may be waiting to connect to this rank too
+                    self.shared.accept();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Err(Error::transport(format!(
+                        "tcp connect to {addr}: its listener took none of {tries} tries in {:.0} s (its queue full, \
+                         as under a flood of connections to it)",
+                        start.elapsed().as_secs_f64()
+                    )))
+                }
+                Err(e) => return Err(io_err(&format!("connect to {addr}"), e)),
+            }
+        };
         let _ = s.set_nodelay(true);
         keepalive(&s).map_err(|e| io_err("keepalive", e))?;
         s.write_all(&self.shared.hello(self.key, idx)?).map_err(|e| io_err("hello", e))?;
@@ -197,6 +226,7 @@ impl Tcp {
     pub fn listen(ip: std::net::IpAddr) -> Result<TcpListener> {
         let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io_err("listen", e))?;
         l.set_nonblocking(true).map_err(|e| io_err("listen", e))?;
+        super::admit::deepen_backlog(&l);
         Ok(l)
     }
 
@@ -227,7 +257,15 @@ impl Tcp {
         let hosts = peers.iter().map(|a| a.ip().to_string()).collect();
         let shared = Arc::new(shared);
         Shared::accept_in_background(&shared);
-        Tcp { shared, checksum, peers, hosts, bell: Doorbell::new(), told_to: Mutex::default() }
+        let patience = crate::config::Config::default().timeout;
+        Tcp { shared, checksum, peers, hosts, bell: Doorbell::new(), told_to: Mutex::default(), patience }
+    }
+
+    /// How long a connection to a peer is tried before it fails (the
+    /// group's `CCL_TIMEOUT`; its default until set).
+    pub fn patience(mut self, d: Duration) -> Self {
+        self.patience = d;
+        self
     }
 }
 
@@ -242,7 +280,7 @@ impl Transport for Tcp {
 
     fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {
         let addr = *self.peers.get(key.to).ok_or_else(|| Error::internal("peer address"))?;
-        let dial = Dial { addr, key, shared: Arc::clone(&self.shared) };
+        let dial = Dial { addr, key, shared: Arc::clone(&self.shared), patience: self.patience };
         let socks = (0..self.shared.nsocks).map(|idx| dial.connect(idx)).collect::<Result<Vec<_>>>()?;
         let slots = Slots::new(ring)?;
         Ok(SendConn::Tcp(TcpSend::new(Arc::clone(&self.hosts), self.checksum, dial, socks, slots)))
