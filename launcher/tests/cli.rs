@@ -73,3 +73,20 @@ fn usage_errors() {
     assert!(err.contains("pid_max"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_line_longer_than_a_mib_is_relayed_in_marked_pieces() {
+    // 2.5 MiB of 'x' without a newline, then a short line
+    let script = "head -c 2621440 /dev/zero | tr '\\000' x; printf '\\nend\\n'";
+    let (code, out, _) = cclrun(&["-np", "1", "sh", "-c", script]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{:?}", lines.iter().map(|l| l.len()).collect::<Vec<_>>());
+    let cut = " [cclrun: line cut at 1 MiB, continued on the next]";
+    for piece in &lines[..2] {
+        assert_eq!(piece.len(), (1 << 20) + cut.len());
+        assert!(piece.ends_with(cut));
+    }
+    assert_eq!(lines[2].len(), 2621440 - (2 << 20));
+    assert_eq!(lines[3], "end");
+}

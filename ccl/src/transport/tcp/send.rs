@@ -133,7 +133,7 @@ impl TcpSend {
         }
         s.redials += 1;
         let (stream, flag) = dial.connect(idx).map_err(|e| {
-            format!("{e} (its listener had closed this connection {} time(s) before reading its hello)", s.redials)
+            format!("{e} (connecting again: the connection had closed before its hello was acknowledged, {} time(s))", s.redials)
         })?;
         if s.redials.is_power_of_two() {
             REDIALS.note(&format_args!(
