@@ -67,7 +67,7 @@ pub fn victim<W: Waiting>(waiting: &[W], from: IpAddr, caps: Caps) -> Option<usi
 /// them (the kernel caps it at `net.core.somaxconn`).
 const BACKLOG: i32 = 4096;
 
-/// Deepens `l`'s queue of connections not yet accepted to [`BACKLOG`]
+/// Deepens `l`'s queue of connections not yet accepted to `BACKLOG`
 /// (Rust's listeners start with 128); where that fails, it stays as it is.
 pub fn deepen_backlog(l: &std::net::TcpListener) {
     use std::os::fd::AsRawFd;

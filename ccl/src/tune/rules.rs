@@ -55,7 +55,7 @@ impl Rules {
         Ok(Rules { map })
     }
 
-    /// Reads and parses `path`: a regular file of at most [`MAX_BYTES`].
+    /// Reads and parses `path`: a regular file of at most `MAX_BYTES`.
     pub fn load(path: &str) -> Result<Rules> {
         let text = crate::config::read_bounded(std::path::Path::new(path), MAX_BYTES)
             .map_err(|why| Error::new(ErrorKind::Config { var: "CCL_TUNE_FILE", value: path.to_string(), why }))?;
