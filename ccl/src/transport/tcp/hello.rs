@@ -39,8 +39,10 @@ const HELLO_WITHIN: Duration = Duration::from_secs(5);
 
 /// Connections that may wait for their hello at once, from one address
 /// and from all: beyond either, the oldest of the busiest source gives way
-/// to the newcomer ([`admit`]), after every waiting one has had its hello
-/// read; a peer pushed out connects again ([`ACK`]).
+/// to the newcomer ([`admit`]). The hellos that have arrived are read at
+/// least every quarter of the per-address cap of newcomers, so a peer's
+/// socket is read several times before it could be pushed out; a peer
+/// pushed out all the same connects again ([`ACK`]).
 const UNHELLOED: Caps = Caps { per_source: 128, total: 1024 };
 
 /// The byte a listener sends back on a data socket whose hello it kept:
@@ -104,8 +106,8 @@ impl Shared {
     /// arrived, without blocking; keeps the authenticated connections
     /// (acknowledged with [`ACK`]), drops (and says, with the source
     /// address) the rest, and any that has not said hello within
-    /// [`HELLO_WITHIN`]. Before a newcomer pushes out a waiting connection,
-    /// the hellos that have arrived are read, so only silent ones go.
+    /// [`HELLO_WITHIN`]. While newcomers push out waiting connections, the
+    /// hellos that have arrived are read between them ([`UNHELLOED`]).
     pub(super) fn accept(&self) {
         let Ok(mut pending) = self.pending.lock() else { return };
         self.read_hellos(&mut pending);
