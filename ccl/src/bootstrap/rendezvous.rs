@@ -126,8 +126,8 @@ impl Rendezvous {
     /// Accepts ranks until all `nranks` have said hello, then sends each the
     /// table. Each connection authenticates on a thread of its own, so
     /// idle or slow strangers hold up no rank; under a flood, the
-    /// unauthenticated give way as [`admit`] says and ranks pushed out try
-    /// again ([`join`]). Connections that fail authentication or send
+    /// unauthenticated give way as `transport::admit` says, and ranks
+    /// pushed out try again (`join`). Connections that fail authentication or send
     /// garbage are dropped and said (at most a line a second); the others
     /// go on. A rank that joins again (its first connection lost) takes
     /// its place anew.

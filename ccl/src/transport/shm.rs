@@ -160,7 +160,7 @@ impl Shm {
     /// all exited (names end in `-p<pid>[-<pid>]`): what a crash, or a
     /// launcher killed with SIGKILL, left behind. Other users' files are
     /// theirs to sweep, and are passed over before any process is looked
-    /// up; at most [`SWEEP_ENTRIES`] names are read, so that a directory
+    /// up; at most `SWEEP_ENTRIES` names are read, so that a directory
     /// that others filled with junk costs a bounded time. Run once per
     /// host and job, off the path of a rank's start (cclrun and its agents,
     /// or a thread of each rank started by another launcher).
