@@ -1,4 +1,4 @@
-//! The progress engine's core: runs one rank's [`Schedule`] over
+//! The progress engine's core: runs one rank's [`Schedule`](crate::algo::Schedule) over
 //! connections, slot by slot, advancing every channel that can move.
 //!
 //! The executor knows no algorithm. It validates a schedule against its
@@ -10,26 +10,29 @@
 //! whose kernel copies what they send) take memory that no later step
 //! writes straight from the call's buffers, without a slot.
 
+mod checked;
 mod conns;
+mod lend;
 pub mod device;
 pub(crate) mod engine;
 mod host;
 mod on_gpu;
 mod wiring;
 
+pub use checked::{writes_around, Checked, Plan};
 pub use conns::Conns;
 pub use device::DevCall;
 use wiring::Wiring;
 
-use crate::algo::lend::{Lending, SendMode};
-use crate::algo::{Buf, Layout, Region, Schedule, Step};
+use crate::algo::lend::SendMode;
+use crate::algo::{Buf, Layout, Region, Step};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::ReduceOp;
 use crate::plan::fingerprint;
 use crate::Reduce;
 use smallvec::SmallVec;
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// One call in progress on this rank.
 pub struct Exec<T: Reduce, O: ReduceOp<T>> {
@@ -164,86 +167,6 @@ impl<T: Reduce, O: ReduceOp<T>> Drop for Exec<T, O> {
 // blocking call, or a Vec owned by the same pending operation); nothing in
 // `Exec` is tied to the thread that created it.
 unsafe impl<T: Reduce, O: ReduceOp<T>> Send for Exec<T, O> {}
-
-/// A schedule proven to fit a layout (every region inside its buffer,
-/// fused operands identical or disjoint): checked once, then reused by
-/// every call with the same shape.
-/// A cached plan belongs to one communicator, whose connections its first
-/// call wires.
-#[derive(Debug)]
-pub struct Checked {
-    sched: Arc<Schedule>,
-    layout: Layout,
-    /// How its steps share the call's memory with sockets
-    /// ([`lend::plan`](crate::algo::lend::plan)).
-    lending: Lending,
-    /// How many ranks' buffers the schedule reaches ([`Peers`]): one past
-    /// the highest rank; 0 for none.
-    peers: usize,
-    wiring: OnceLock<Arc<Wiring>>,
-}
-
-impl Checked {
-    /// Checks `sched` against `layout`, and marks how its steps may share
-    /// the call's memory with sockets.
-    pub fn new(sched: Schedule, layout: Layout) -> Result<Self> {
-        let peers = validate(&sched, &layout)?;
-        let lending = crate::algo::lend::plan(&sched, &layout);
-        Ok(Checked { sched: Arc::new(sched), layout, lending, peers, wiring: OnceLock::new() })
-    }
-
-    /// Whether `peers` holds every buffer the schedule reaches.
-    #[inline]
-    fn fits(&self, peers: Option<Peers<'_>>) -> bool {
-        let holds = |v: &[usize]| v.len() >= self.peers;
-        let input = self.layout.in_place.is_none() && self.layout.input > 0;
-        self.peers == 0 || peers.is_some_and(|p| holds(p.output) && (!input || p.input.is_some_and(holds)))
-    }
-
-    /// The schedule's connections (made now by the plan's first call).
-    fn wiring(&self, channel_base: u32, conns: &mut Conns) -> Result<Arc<Wiring>> {
-        if let Some(w) = self.wiring.get() {
-            return Ok(Arc::clone(w));
-        }
-        let w = Arc::new(Wiring::new(&self.sched, self.lending.clone(), channel_base, conns)?);
-        Ok(Arc::clone(self.wiring.get_or_init(|| w)))
-    }
-}
-
-/// What one call runs, apart from its buffers.
-pub struct Plan<'a> {
-    /// This rank's schedule and how input and output map onto memory
-    /// (cached and reused; the call keeps only its wiring).
-    pub checked: &'a Checked,
-    /// Elements per slot.
-    pub slot_elems: usize,
-    /// The first connection channel the schedule's channels map to.
-    pub channel_base: u32,
-    /// The call's fingerprint, sent with and checked on every slot.
-    pub fp: fingerprint::Fingerprint,
-    /// The GPU, when the buffers are device memory (input and output are
-    /// then device addresses, never dereferenced on the host); boxed, so
-    /// host calls move a small `Plan`.
-    pub device: Option<Box<DevCall>>,
-    /// Outputs of at least this many bytes (0: none), out of place, are
-    /// written with stores that go around the cache
-    /// ([`ccl_kernels::copy_around_cache`]): they would not stay in it, and
-    /// ordinary stores first read every line.
-    pub around_cache_from: usize,
-    /// Whether every slot a step fills is written around the cache (as
-    /// `CCL_SLOT_STORES` and the group's measurements say); host steps only.
-    pub slots_around: bool,
-    /// Every rank's buffers, where the schedule reaches them (shared memory).
-    pub peers: Option<Peers<'a>>,
-    /// Whether a message of at most half a slot takes a new place in its
-    /// slot each time the ring comes back to it ([`FifoSend::reserve`]):
-    /// where every rank has a core of its own, so that the lines written
-    /// have left the other core's cache; not where ranks share cores,
-    /// whose messages are best kept in the few lines the core has hot.
-    ///
-    /// [`FifoSend::reserve`]: crate::transport::fifo::FifoSend::reserve
-    pub spread: bool,
-}
 
 impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// Prepares `plan` over the given buffers, connecting every link it uses.
@@ -655,99 +578,6 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     }
 }
 
-impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
-    /// Gives receiving connection `ri`, where it reads sockets, a place in
-    /// the call's memory for each message of step `i` of channel `c`, as
-    /// the step begins: the slice of the region the step copies it into.
-    /// The socket then reads each message that has not started to arrive
-    /// straight there, saving the copy out of a slot. Only for steps
-    /// [`Lending::lands`] allows; what earlier steps still send from that
-    /// memory is taken back first.
-    fn give_places(&self, c: usize, i: usize, ri: usize, conns: &mut Conns) {
-        let st = self.wiring.sched.channels[c][i];
-        let Some(dst) = crate::algo::lend::landing(&st) else { return };
-        if !conns.recv_at(ri).lands() {
-            return;
-        }
-        let (size, se, len) = (std::mem::size_of::<T>(), self.slot_elems, st.len());
-        if self.wiring.lending.takes_back[c][i] && !self.lent.is_empty() {
-            self.take_back(self.layout.resolve(dst), conns);
-        }
-        for (k, off) in (0..len).step_by(se).enumerate() {
-            let r = self.layout.resolve(Region::new(dst.buf, dst.off + off, se.min(len - off)));
-            // SAFETY: a validated region of this call's buffers, the one
-            // slot `k` of the step copies its message into; no other
-            // channel's step touches it and this channel's later steps wait
-            // for this one (`Lending::lands`), what earlier steps lent from
-            // it was taken back above (`Lending::takes_back`), and a call that
-            // fails has its places withdrawn (`Conns::forget_call_memory`)
-            // before its buffers go back: nothing else touches the place
-            // until the message is released.
-            unsafe { conns.recv_at(ri).post_into(k, self.ptr(r) as *mut u8, r.len * size) };
-        }
-    }
-
-    /// Takes back into their slots the messages lent from the call's
-    /// buffers, not yet sent, that overlap resolved region `w`, which is
-    /// about to be written ([`SendConn::reclaim`]).
-    ///
-    /// [`SendConn::reclaim`]: crate::transport::SendConn::reclaim
-    fn take_back(&self, w: Region, conns: &mut Conns) {
-        let (p, bytes) = (self.ptr(w) as *const u8, w.len * std::mem::size_of::<T>());
-        self.lent.iter().for_each(|&(l, _)| conns.send_at(l).reclaim(p, bytes));
-    }
-}
-
-/// Whether a host call of `layout`, of elements of `elem` bytes, writes its
-/// output around the cache, as [`Plan::around_cache_from`] (`from`) says
-/// and [`Exec`] does: a large output, and not the input's buffer too.
-#[inline]
-pub fn writes_around(layout: &Layout, elem: usize, from: usize) -> bool {
-    let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(elem);
-    from > 0 && layout.in_place.is_none() && out_bytes >= from
-}
-
-/// Every region inside its buffer; fused operands identical or disjoint;
-/// how many ranks' buffers the schedule reaches (then every rank's buffers
-/// only as peers', its own included, and no message but notices: a
-/// connection could lend nothing else).
-fn validate(s: &Schedule, l: &Layout) -> Result<usize> {
-    let regions = s.channels.iter().flatten().flat_map(|st| st.reads().into_iter().chain(st.writes()));
-    let reached = regions.filter_map(|g| g.buf.peer()).max().map_or(0, |q| q + 1);
-    let peers = reached > 0;
-    for ch in &s.channels {
-        for st in ch {
-            let mut regs = st.reads();
-            regs.extend(st.writes());
-            let own = |g: &Region| matches!(g.buf, Buf::Input | Buf::Output);
-            if peers && (regs.iter().any(own) || !(st.is_local() || matches!(st, Step::Notify { .. } | Step::Wait { .. }))) {
-                return Err(Error::internal(format!("{st:?}: in a schedule over peers' buffers")));
-            }
-            for g in regs {
-                let g = l.resolve(g);
-                if g.end() > l.capacity(g.buf, s.scratch) {
-                    return Err(Error::internal(format!("{st:?} reaches past the end of {:?}", g.buf)));
-                }
-            }
-            if let Some(w) = st.writes() {
-                let w = l.resolve(w);
-                for g in st.reads() {
-                    let g = l.resolve(g);
-                    if g != w && g.overlaps(&w) {
-                        return Err(Error::internal(format!("{st:?} has partially overlapping operands")));
-                    }
-                }
-                // a local reduction of a region with itself would alias its operands
-                if let Step::Reduce { src, .. } = st {
-                    if l.resolve(*src) == w && w.len > 0 {
-                        return Err(Error::internal(format!("{st:?} reduces a region with itself")));
-                    }
-                }
-            }
-        }
-    }
-    Ok(reached)
-}
 
 #[cfg(test)]
 mod tests {
