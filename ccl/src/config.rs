@@ -82,17 +82,7 @@ pub trait KnobValue: Sized {
 
 impl KnobValue for usize {
     fn parse_knob(s: &str) -> std::result::Result<Self, String> {
-        let s = s.trim();
-        let (num, mul) = match s.to_ascii_uppercase().chars().last() {
-            Some('K') => (&s[..s.len() - 1], 1 << 10),
-            Some('M') => (&s[..s.len() - 1], 1 << 20),
-            Some('G') => (&s[..s.len() - 1], 1 << 30),
-            _ => (s, 1),
-        };
-        num.parse::<usize>()
-            .ok()
-            .and_then(|v| v.checked_mul(mul))
-            .ok_or_else(|| "expected a non-negative integer (K, M, G suffixes allowed)".to_string())
+        crate::units::bytes(s).ok_or_else(|| "expected a non-negative integer (K, M, G suffixes allowed)".to_string())
     }
 }
 

@@ -3,9 +3,9 @@
 //! clean-up of a job's shared-memory files, where it pins ranks, and the
 //! sockets it watches remote agents through. Nothing here is for programs.
 
-pub use crate::bootstrap::lost_notes;
 pub use crate::bootstrap::{Rendezvous, UniqueId};
 pub use crate::topo::{cpu_of, evenly_oversubscribed};
+pub use crate::transport::lost_notes;
 pub use crate::transport::shm::Shm;
 pub use crate::transport::shm_file::JobFiles;
 pub use crate::transport::tcp::{keepalive, route_source};

@@ -61,6 +61,7 @@ pub mod launch;
 mod op;
 mod reduce;
 pub mod testing;
+mod units;
 
 pub use bootstrap::init;
 pub use ccl_macros::Reduce;

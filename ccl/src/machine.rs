@@ -82,8 +82,7 @@ fn from_sysfs(dir: &Path) -> Option<SharedCache> {
 /// Bytes of a sysfs cache size (`32768K`, `1M`, or plain bytes), read as
 /// a size knob is; 0 is no cache.
 fn size(s: &str) -> Option<usize> {
-    use crate::config::KnobValue;
-    usize::parse_knob(s).ok().filter(|&b| b > 0)
+    crate::units::bytes(s).filter(|&b| b > 0)
 }
 
 /// CPUs in a sysfs list such as `0-3,8-11` or `5`.

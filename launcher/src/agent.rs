@@ -9,7 +9,6 @@
 
 use crate::proto::{self, Event, HostJob, Msg, Order};
 use crate::spawn;
-use ccl::launch::JobFiles;
 use std::io::{BufRead, Write};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -68,7 +67,7 @@ pub fn main() -> i32 {
     drop(input); // the reader thread below takes stdin over
     std::thread::spawn(ccl::launch::Shm::sweep_stale);
     let id = job.env.iter().find(|(k, _)| k == "CCL_UNIQUE_ID");
-    let files = id.and_then(|(_, v)| ccl::launch::UniqueId::parse(v).ok()).map(|id| JobFiles::of(&id));
+    let files = id.and_then(|(_, v)| ccl::launch::UniqueId::parse(v).ok()).map(|id| id.files());
     let (tx, rx) = mpsc::channel::<Input>();
     let (ev_tx, ev_rx) = mpsc::channel::<Event>();
     // the agent's own start is short (one host's ranks); cclrun's signals arrive once it runs

@@ -2,7 +2,7 @@
 //! other hosts (in parallel), then an agent on each that has checked the
 //! program is there. Every host that fails is reported by name.
 
-use crate::job::Spec;
+use crate::spec::Spec;
 use ccl::launch::UniqueId;
 use cclrun::proto::{HostJob, RankSpec};
 use cclrun::ssh::{self, Agent, Conn};

@@ -9,43 +9,16 @@
 //! host). SIGINT and SIGTERM sent to cclrun are passed to every rank.
 
 use crate::hosts::{self, Started};
+use crate::spec::Spec;
 use ccl::launch::JobFiles;
 use ccl::launch::Rendezvous;
 use ccl::launch::Shm;
-use cclrun::place::Placement;
 use cclrun::proto::{Event, Msg, Order, Status};
 use cclrun::spawn::{self, Ranks};
-use cclrun::ssh::SshOpts;
 use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant};
-
-/// What to run, where.
-pub struct Spec {
-    /// Per rank: host and local rank.
-    pub placement: Vec<Placement>,
-    /// Host names by index.
-    pub host_names: Vec<String>,
-    /// Per host: this host itself (no SSH).
-    pub local: Vec<bool>,
-    /// The program as given.
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Extra environment (`-x`).
-    pub env: Vec<(String, String)>,
-    /// Prefix output lines with `[rank]`.
-    pub tag_output: bool,
-    /// How ranks are pinned to CPUs.
-    pub bind: cclrun::proto::Bind,
-    /// End the job after this long.
-    pub timeout: Option<Duration>,
-    /// How to reach other hosts.
-    pub ssh: SshOpts,
-    /// Path of cclrun on other hosts.
-    pub remote_cclrun: String,
-}
 
 /// Time the surviving ranks get to report a lost peer themselves.
 const NOTICE: Duration = Duration::from_secs(2);
@@ -198,7 +171,7 @@ pub fn run(spec: &Spec) -> i32 {
                     Ok(r) => ctl.push(Control::Local(r)),
                     Err(e) => {
                         kill(&ctl, libc::SIGKILL);
-                        spawn::remove_shm_files(&JobFiles::of(&id));
+                        spawn::remove_shm_files(&id.files());
                         return match SIGNAL.load(Ordering::SeqCst) {
                             0 => {
                                 eprintln!("cclrun: {e}");
@@ -217,12 +190,12 @@ pub fn run(spec: &Spec) -> i32 {
         }
     }
     drop(tx);
-    let code = supervise(spec, &ctl, &rx, &JobFiles::of(&id));
+    let code = supervise(spec, &ctl, &rx, &id.files());
     drop(ctl); // remote agents see no more signals; their pumps end at DONE
     for p in pumps {
         let _ = p.join();
     }
-    spawn::remove_shm_files(&JobFiles::of(&id));
+    spawn::remove_shm_files(&id.files());
     if server.is_finished() && code == 0 {
         if let Ok(Err(e)) = server.join() {
             eprintln!("cclrun: {e}");

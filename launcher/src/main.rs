@@ -12,6 +12,7 @@
 
 mod hosts;
 mod job;
+mod spec;
 mod via;
 
 use cclrun::hostfile::{self, HostSlots};
@@ -175,7 +176,7 @@ fn run() -> i32 {
         ssh.known_hosts = k.clone();
     }
     let this = std::env::current_exe().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| "cclrun".into());
-    let spec = job::Spec {
+    let spec = spec::Spec {
         placement: place::locals(&host_of, hosts.len()),
         host_names: hosts.iter().map(|h| h.name.clone()).collect(),
         local,

@@ -36,6 +36,11 @@ impl UniqueId {
         d[..6].iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// How this job names and seals its files in `/dev/shm`.
+    pub fn files(&self) -> crate::transport::shm_file::JobFiles {
+        crate::transport::shm_file::JobFiles::new(self.job_tag(), &self.secret)
+    }
+
     /// The full text form, secret included: for the environment only.
     pub fn to_env_string(&self) -> String {
         let hex: String = self.secret.iter().map(|b| format!("{b:02x}")).collect();

@@ -32,7 +32,7 @@ pub struct LaunchEnv {
     pub source: &'static str,
     /// The process that started this rank, where cclrun says so
     /// (`CCL_LAUNCHER_PID`): where to look for the ranks it gave up on
-    /// (see [`lost_notes`](super::lost_notes)).
+    /// (see [`lost_notes`](crate::transport::lost_notes)).
     pub launcher_pid: Option<u32>,
 }
 

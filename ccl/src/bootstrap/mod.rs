@@ -8,7 +8,6 @@ pub mod auth;
 pub mod hostid;
 pub mod id;
 pub mod launch;
-pub mod lost_notes;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod probe;
@@ -26,7 +25,7 @@ use crate::machine::Machine;
 use crate::topo::Hosts;
 use crate::transport::local::Fabric;
 use crate::transport::shm::Shm;
-use crate::transport::shm_file::JobFiles;
+use crate::transport::lost_notes;
 use crate::transport::tcp::{interface_ipv4, Tcp};
 use crate::transport::{Registry, Transport};
 use std::sync::Arc;
@@ -59,7 +58,7 @@ pub fn lone(config: Config) -> Result<Group> {
 /// Joins the job `env` describes and connects the world.
 pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let job = env.id.job_tag();
-    let files = JobFiles::of(&env.id);
+    let files = env.id.files();
     let at = |e: Error| e.at_rank(env.rank);
     if env.serve_rendezvous {
         let rv = Rendezvous::bind_for(env.bind_addr(), env.id.clone(), env.size).map_err(at)?;

@@ -1,10 +1,11 @@
 //! A communicator's connections, made on first use and kept for its life.
 
-use super::device::{DevCall, DevMem, DevRecv, DevSend};
+use super::device::{DevMem, DevRecv, DevSend};
+use crate::plan::DevCall;
 use crate::error::{Error, Result};
 use crate::transport::call_board::{Words, ENTRIES};
 use crate::transport::doorbell::Doorbell;
-use crate::transport::{ConnKey, Geometry, RecvConn, Registry, SendConn};
+use crate::transport::{ConnKey, Geometry, RecvConn, RecvVerbs, Registry, SendConn, SendVerbs};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
@@ -220,9 +221,9 @@ impl Conns {
     }
 
     /// Whether sending connection `i` sends straight from a call's memory
-    /// ([`SendConn::lends`]).
+    /// ([`Offers::lends`](crate::transport::Offers::lends)).
     pub fn send_lends(&self, i: usize) -> bool {
-        self.sends[i].lends()
+        self.sends[i].offers().lends
     }
 
     /// The receiving connection at `i` (from [`recv`](Self::recv)).
@@ -247,7 +248,7 @@ impl Conns {
     fn drain_device_slots(&mut self, within: std::time::Duration) {
         let until = std::time::Instant::now() + within;
         for (s, d) in self.sends.iter_mut().zip(&self.dsends) {
-            if let Some(d) = d.as_ref().filter(|d| !d.staged && s.read_elsewhere()) {
+            if let Some(d) = d.as_ref().filter(|d| !d.staged && s.offers().read_elsewhere) {
                 while !d.drained() && std::time::Instant::now() < until {
                     std::thread::sleep(std::time::Duration::from_micros(200));
                 }
@@ -406,18 +407,18 @@ impl Conns {
         Ok(())
     }
 
-    /// Whether any connection is a socket: polling one is a system call,
-    /// not a look at memory.
-    pub fn any_socket(&self) -> bool {
-        self.sends.iter().any(SendConn::is_socket) || self.recvs.iter().any(RecvConn::is_socket)
+    /// Whether any connection learns readiness by a system call, not by a
+    /// look at memory ([`Offers::pollable`](crate::transport::Offers::pollable)).
+    pub fn any_pollable(&self) -> bool {
+        self.sends.iter().any(|s| s.offers().pollable) || self.recvs.iter().any(|r| r.offers().pollable)
     }
 
     /// Whether any of `uses` (by [`send_id`](Self::send_id) and
-    /// [`recv_id`](Self::recv_id)) is a socket.
-    pub fn any_socket_of(&self, uses: &[usize]) -> bool {
+    /// [`recv_id`](Self::recv_id)) is [pollable](Self::any_pollable).
+    pub fn any_pollable_of(&self, uses: &[usize]) -> bool {
         uses.iter().any(|&u| match u % 2 {
-            0 => self.sends.get(u / 2).is_some_and(SendConn::is_socket),
-            _ => self.recvs.get(u / 2).is_some_and(RecvConn::is_socket),
+            0 => self.sends.get(u / 2).is_some_and(|s| s.offers().pollable),
+            _ => self.recvs.get(u / 2).is_some_and(|r| r.offers().pollable),
         })
     }
 
@@ -444,12 +445,12 @@ impl Conns {
     }
 
     /// Lets go of every call's memory: drops every message still waiting
-    /// to be sent from it ([`SendConn::forget_lent`]) and takes back every
-    /// place in it given for a message to arrive in ([`RecvConn::withdraw`]):
+    /// to be sent from it ([`SendVerbs::forget_lent`]) and takes back every
+    /// place in it given for a message to arrive in ([`RecvVerbs::withdraw`]):
     /// the calls have failed.
     pub fn forget_call_memory(&mut self) {
-        self.sends.iter_mut().for_each(SendConn::forget_lent);
-        self.recvs.iter_mut().for_each(RecvConn::withdraw)
+        self.sends.iter_mut().for_each(|s| s.forget_lent());
+        self.recvs.iter_mut().for_each(|r| r.withdraw())
     }
 
     /// Whether the transports are up and the group ranks `peers` alive.

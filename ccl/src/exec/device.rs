@@ -24,7 +24,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::gpu::watch::RELEASED;
-use crate::gpu::{Device, Kernels, Until};
+use crate::gpu::{Device, Until};
 use crate::transport::fifo::Attachment;
 use std::sync::Arc;
 
@@ -51,31 +51,6 @@ pub(crate) const UNTIL_FULL: Until = Until::SomeSet(FULL | RELEASED);
 /// [`POISONED`]: crate::gpu::watch::POISONED
 fn flag(base: u64, nslots: usize, slot_bytes: usize, i: usize) -> u64 {
     base + ((nslots * slot_bytes).next_multiple_of(FLAG_BYTES) + i * FLAG_BYTES) as u64
-}
-
-/// A call's device: where its kernels run and what they are.
-#[derive(Clone, Debug)]
-pub struct DevCall {
-    /// The GPU.
-    pub dev: Arc<dyn Device>,
-    /// The stream the call is ordered on.
-    pub stream: crate::gpu::Stream,
-    /// The kernels of the call's type and operator.
-    pub kernels: Kernels,
-    /// The device slots of connections that hand over on the GPUs, as the
-    /// call is cut by them ([`Config::device_slots_on`]): as many, and as
-    /// large, as the schedule's proof of progress assumes.
-    ///
-    /// [`Config::device_slots_on`]: crate::Config::device_slots_on
-    pub slots: crate::transport::Geometry,
-    /// How long its device work may wait on peers (`CCL_TIMEOUT`).
-    pub timeout: std::time::Duration,
-    /// The ranks to divide the result by, queued after the call's last
-    /// step (Avg's finishing pass), if the call reduces.
-    pub finish: Option<usize>,
-    /// Whether the communicator's proxy thread finishes the call even if
-    /// no connection of it is staged (`CCL_GPU_PROXY=1`).
-    pub proxy: bool,
 }
 
 /// Owned device memory, freed on drop.

@@ -401,7 +401,7 @@ impl Engine {
     /// [`wait`](Self::wait), but returns `None` at `until` if call `id`
     /// has not finished by then (a proxy that lets other threads in).
     pub fn wait_until(&mut self, id: u64, until: Option<Instant>) -> Option<Result<()>> {
-        let mut backoff = Backoff::new(self.own_core, self.conns.any_socket());
+        let mut backoff = Backoff::new(self.own_core, self.conns.any_pollable());
         // The clock is read only once the call has been idle a while (every
         // CLOCK_EVERY spins, and before every yield or sleep): a call that
         // completes while spinning never pays for it.

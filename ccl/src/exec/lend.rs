@@ -3,6 +3,7 @@
 //! written.
 
 use super::{Conns, Exec};
+use crate::transport::{RecvVerbs, SendVerbs};
 use crate::algo::Region;
 use crate::op::ReduceOp;
 use crate::Reduce;
@@ -18,7 +19,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     pub(super) fn give_places(&self, c: usize, i: usize, ri: usize, conns: &mut Conns) {
         let st = self.wiring.sched.channels[c][i];
         let Some(dst) = crate::algo::lend::landing(&st) else { return };
-        if !conns.recv_at(ri).lands() {
+        if !conns.recv_at(ri).offers().lands {
             return;
         }
         let (size, se, len) = (std::mem::size_of::<T>(), self.slot_elems, st.len());

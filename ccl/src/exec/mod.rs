@@ -10,7 +10,6 @@
 //! whose kernel copies what they send) take memory that no later step
 //! writes straight from the call's buffers, without a slot.
 
-mod checked;
 mod conns;
 mod lend;
 pub mod device;
@@ -19,13 +18,13 @@ mod host;
 mod on_gpu;
 mod wiring;
 
-pub use checked::{writes_around, Checked, Plan};
+use crate::plan::{writes_around, DevCall, Peers, Plan};
 pub use conns::Conns;
-pub use device::DevCall;
 use wiring::Wiring;
 
 use crate::algo::lend::SendMode;
 use crate::algo::{Buf, Layout, Region, Step};
+use crate::transport::{RecvVerbs, SendVerbs};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::ReduceOp;
 use crate::plan::fingerprint;
@@ -73,18 +72,6 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
 
 /// Where a channel found itself waiting: at (step, slot), on a peer.
 type Stall = Option<((usize, usize), usize)>;
-
-/// Where every rank's buffers of a call on shared memory are mapped in
-/// this process (addresses by rank, this rank's own included): what the
-/// schedule's peer regions ([`Buf::PeerInput`], [`Buf::PeerOutput`]) are
-/// in. In place, there is no input.
-#[derive(Clone, Copy, Debug)]
-pub struct Peers<'a> {
-    /// Each rank's send buffer.
-    pub input: Option<&'a [usize]>,
-    /// Each rank's receive buffer.
-    pub output: &'a [usize],
-}
 
 /// [`Peers`] as a call keeps them (an empty input in place).
 #[derive(Clone, Copy, Debug)]
@@ -196,7 +183,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 std::mem::align_of::<T>()
             ))));
         }
-        let wiring = checked.wiring(channel_base, conns)?;
+        let wiring = checked.wired(|| Wiring::new(&checked.sched, checked.lending.clone(), channel_base, conns))?;
         let sched = &wiring.sched;
         let room = device.as_ref().map_or(0, |d| d.slots.slot_bytes).max(conns.slot_bytes());
         if slot_elems == 0 || slot_elems * size > room {
@@ -206,7 +193,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             None => (vec![T::zeroed(); sched.scratch], None),
             Some(call) => {
                 let captured = call.dev.capturing(call.stream.raw())?;
-                let proxied = conns.proxy.on || call.proxy || conns.any_socket_of(&wiring.uses);
+                let proxied = conns.proxy.on || call.proxy || conns.any_pollable_of(&wiring.uses);
                 if captured && proxied {
                     return Err(Error::device(
                         "a device call over a connection staged through the host (tcp) cannot be captured into a \
@@ -301,7 +288,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     ///
     /// As [`new`](Self::new), for the new buffers.
     pub unsafe fn reuse(&mut self, plan: &Plan<'_>, input: *const T, output: *mut T) -> bool {
-        let same_wiring = plan.checked.wiring.get().is_some_and(|w| Arc::ptr_eq(w, &self.wiring));
+        let same_wiring = plan.checked.wired_as(&self.wiring);
         let fits = plan.checked.fits(plan.peers);
         if !same_wiring || !fits || plan.slot_elems != self.slot_elems || plan.device.is_some() || self.gpu.is_some() {
             return false;
@@ -582,6 +569,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Checked;
     use crate::algo::{generate, Algo, Coll, Params};
     use crate::topo::Hosts;
 

@@ -8,6 +8,7 @@
 //! [`Proxy`](super::conns::Proxy)) drives such calls after they return.
 
 use super::{device, Conns, Exec};
+use crate::transport::{RecvVerbs, SendVerbs};
 use crate::algo::{Region, Step};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
@@ -58,7 +59,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             // when connecting) and is ours until posted.
             let host = unsafe { std::slice::from_raw_parts_mut(p, slot_bytes) };
             // handed over on the GPUs, the device slots calls are cut by; staged, a host slot
-            let staged = conns.send_at(si).nslots().is_none();
+            let staged = conns.send_at(si).offers().staged;
             let (nslots, bytes) = if staged { (1, slot_bytes) } else { (g.call.slots.nslots, g.call.slots.slot_bytes) };
             let (mut ds, bytes) =
                 device::DevSend::open(&dev, staged, nslots, bytes, host).map_err(|e| e.with_peer(peer))?;

@@ -8,6 +8,7 @@
 //! plans by what determines them, and the last call's choice and plan, so
 //! a loop repeating one call neither tunes nor looks up again.
 
+mod checked;
 pub mod fingerprint;
 mod stores;
 
@@ -16,7 +17,7 @@ pub(crate) use stores::SlotChooser;
 use crate::algo::{self, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::exec::{Checked, DevCall, Peers, Plan};
+pub use checked::{writes_around, Checked, DevCall, Peers, Plan};
 use crate::gpu::{Kernels, Stream};
 use crate::op::ReduceOp;
 use crate::topo::Hosts;
@@ -161,7 +162,7 @@ impl Planner {
             }
             // the key determines the layout too (size and rank are the group's)
             let layout = call.coll.layout(on.size, on.rank, call.count, call.root, call.in_place);
-            let around = crate::exec::writes_around(&layout, size, on.config.nt_stores_min());
+            let around = writes_around(&layout, size, on.config.nt_stores_min());
             let (c, count, root, in_place) = (call.coll, call.count, call.root, call.in_place);
             let key = (c, choice.algo, count, root, choice.channels, choice.chunk, in_place, around);
             let checked = match self.map.get(&key) {

@@ -182,7 +182,7 @@ impl SlotChooser {
     }
 
     /// Whether every rank has a core of its own (which also decides
-    /// whether small messages spread, [`Plan::spread`](crate::exec::Plan::spread)).
+    /// whether small messages spread, [`Plan::spread`](super::Plan::spread)).
     pub fn own_cores(&self) -> bool {
         self.own_cores
     }

@@ -12,6 +12,7 @@
 //! any element type up to that alignment can be read in place. The memory
 //! is one allocation for threads, a shared mapping for processes.
 
+use crate::error::Result;
 use super::doorbell::BellRef;
 use super::sync::{publish, AtomicU32, AtomicU64, Ordering};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -254,11 +255,6 @@ impl FifoSend {
         FifoSend { mem, head: tail, off: 0, tail, receiver }
     }
 
-    /// Slots in the FIFO.
-    pub fn nslots(&self) -> usize {
-        self.mem.nslots
-    }
-
     /// Keeps `a` alive for as long as either end of this FIFO lives (a
     /// FIFO in this process's memory; a shared mapping cannot hold it).
     pub fn attach(&mut self, a: Attachment) {
@@ -298,11 +294,6 @@ impl FifoSend {
         h.seq.store(self.head, publish());
         self.receiver.ring();
     }
-
-    /// Bytes per slot.
-    pub fn slot_bytes(&self) -> usize {
-        self.mem.slot_bytes
-    }
 }
 
 impl FifoRecv {
@@ -340,10 +331,46 @@ impl FifoRecv {
         self.mem.tail().store(self.tail, publish());
         self.sender.ring();
     }
+}
 
-    /// Bytes per slot.
-    pub fn slot_bytes(&self) -> usize {
+impl super::SendVerbs for FifoSend {
+    fn offers(&self) -> super::Offers {
+        super::Offers::default()
+    }
+    fn slot_bytes(&self) -> usize {
         self.mem.slot_bytes
+    }
+    #[inline]
+    fn reserve(&mut self, bytes: usize, spread: bool) -> Result<Option<*mut u8>> {
+        Ok(FifoSend::reserve(self, bytes, spread))
+    }
+    #[inline]
+    fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
+        FifoSend::post(self, bytes, fp)
+    }
+    fn attach(&mut self, a: Attachment) -> bool {
+        FifoSend::attach(self, a);
+        true
+    }
+}
+
+impl super::RecvVerbs for FifoRecv {
+    fn offers(&self) -> super::Offers {
+        super::Offers::default()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.mem.slot_bytes
+    }
+    #[inline]
+    fn peek(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
+        Ok(FifoRecv::peek(self))
+    }
+    #[inline]
+    fn release(&mut self) {
+        FifoRecv::release(self)
+    }
+    fn attached(&self) -> Option<Attachment> {
+        FifoRecv::attached(self)
     }
 }
 
@@ -439,9 +466,10 @@ mod tests {
         // error, not a message dropped on the floor
         let mem = FifoMem::new(2, 64).expect("alloc");
         let (b1, b2): (BellRef, BellRef) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+        use crate::transport::SendVerbs;
         let mut tx = crate::transport::SendConn::Fifo(FifoSend::new(Arc::clone(&mem), b1));
         let mut rx = FifoRecv::new(mem, b2);
-        assert!(!tx.lends());
+        assert!(!tx.offers().lends);
         let data = [7u8; 16];
         tx.reserve(16, false).expect("reserve").expect("free slot");
         // SAFETY: `data` outlives the call, which sends nothing.

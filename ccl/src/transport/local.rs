@@ -91,11 +91,11 @@ impl Transport for LocalEndpoint {
     }
 
     fn connect_send(&self, key: ConnKey, _ring: Geometry) -> Result<SendConn> {
-        Ok(SendConn::Fifo(FifoSend::new(self.fabric.fifo(key)?, self.fabric.bell_of(key.to)?)))
+        Ok(FifoSend::new(self.fabric.fifo(key)?, self.fabric.bell_of(key.to)?).into())
     }
 
     fn connect_recv(&self, key: ConnKey, _ring: Geometry) -> Result<RecvConn> {
-        Ok(RecvConn::Fifo(FifoRecv::new(self.fabric.fifo(key)?, self.fabric.bell_of(key.from)?)))
+        Ok(FifoRecv::new(self.fabric.fifo(key)?, self.fabric.bell_of(key.from)?).into())
     }
 
     fn bell(&self) -> &Doorbell {

@@ -1,17 +1,21 @@
 //! Transports move slots between ranks.
 //!
 //! A transport connects one direction to one peer and hands back a
-//! [`SendConn`] or [`RecvConn`]; after setup the data path is a `match` on
-//! these enums, never a trait object. Transports are tried in order, first
-//! match wins ([`Registry`]); a pair no transport can connect is an error
-//! naming both ranks and every transport that declined.
+//! [`SendConn`] or [`RecvConn`]: every transport's ends implement the same
+//! verbs ([`SendVerbs`], [`RecvVerbs`]) and say what else they
+//! [`Offers`]; the executor asks nothing else of them. After setup the
+//! data path is a `match` on these enums, never a trait object.
+//! Transports are tried in order, first match wins ([`Registry`]); a pair
+//! no transport can connect is an error naming both ranks and every
+//! transport that declined.
 //!
-//! This issue ships the in-process transport ([`local`]) that runs ranks as
-//! threads. Shared memory and TCP plug in as further variants: the
-//! executor and the algorithms do not change.
+//! Adding a transport is a folder here whose ends implement the verbs, one
+//! line in the list of connection kinds below, and its place in the
+//! bootstrap's order: the executor and the algorithms do not change.
 
 pub mod admit;
 pub mod call_board;
+mod conn;
 pub mod doorbell;
 pub mod fifo;
 pub mod local;
@@ -23,10 +27,11 @@ pub mod sync;
 pub mod tcp;
 pub mod wake;
 
-use crate::bootstrap::lost_notes;
+pub mod lost_notes;
 use crate::error::{Error, ErrorKind, Result};
+use conn::links;
+pub use conn::{Offers, RecvVerbs, SendVerbs};
 use doorbell::Doorbell;
-use fifo::{FifoRecv, FifoSend};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -111,262 +116,10 @@ pub trait Transport: Send + Sync {
     }
 }
 
-/// The sending end of a connection.
-pub enum SendConn {
-    /// A slot FIFO in memory of this process.
-    Fifo(FifoSend),
-    /// A slot FIFO in memory shared with another process, mapped once both
-    /// sides have arrived; and its slot size.
-    Shm(shm::Lazy<FifoSend>, usize),
-    /// Slots staged here and written to sockets.
-    Tcp(tcp::TcpSend),
-}
-
-/// The receiving end of a connection.
-pub enum RecvConn {
-    /// A slot FIFO in memory of this process.
-    Fifo(FifoRecv),
-    /// A slot FIFO shared with another process, and its slot size.
-    Shm(shm::Lazy<FifoRecv>, usize),
-    /// Slots read ahead from sockets.
-    Tcp(tcp::TcpRecv),
-}
-
-impl SendConn {
-    /// Room in a free slot for a message of `bytes` bytes (at most a
-    /// slot), placed to `spread` in memory FIFOs ([`FifoSend::reserve`]),
-    /// if any (`None` also while still connecting).
-    pub fn reserve(&mut self, bytes: usize, spread: bool) -> Result<Option<*mut u8>> {
-        Ok(match self {
-            SendConn::Fifo(f) => f.reserve(bytes, spread),
-            SendConn::Shm(l, _) => l.get()?.and_then(|f| f.reserve(bytes, spread)),
-            SendConn::Tcp(t) => t.reserve_slot()?,
-        })
-    }
-    /// Publishes the slot [`reserve`](Self::reserve) returned, holding
-    /// `bytes` bytes of the call whose fingerprint is `fp`.
-    pub fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
-        match self {
-            SendConn::Fifo(f) => f.post(bytes, fp),
-            SendConn::Shm(l, _) => {
-                if let Ok(Some(f)) = l.get() {
-                    f.post(bytes, fp)
-                }
-            }
-            SendConn::Tcp(t) => t.post_slot(bytes, fp),
-        }
-    }
-    /// Tells the receiver, as this end's last frame, that endpoint `lost`
-    /// is gone (TCP; memory FIFOs use the doorbell page instead).
-    pub fn announce_lost(&mut self, lost: usize) {
-        if let SendConn::Tcp(t) = self {
-            t.announce_lost(lost);
-        }
-    }
-
-    /// Whether this end can send straight from the caller's memory
-    /// ([`lend`](Self::lend)): sockets, whose kernel copies the bytes out
-    /// anyway, so a slot would only add a copy.
-    pub fn lends(&self) -> bool {
-        self.is_socket()
-    }
-
-    /// Whether polling this end is a system call (a socket), not a look at
-    /// memory.
-    pub fn is_socket(&self) -> bool {
-        matches!(self, SendConn::Tcp(_))
-    }
-
-    /// Sends `bytes` bytes at `p` as the next message without copying them
-    /// into a slot. The slot [`reserve`](Self::reserve) returned goes back,
-    /// or with `hold` stays held for the message until it is sent, so that
-    /// [`reclaim`](Self::reclaim) can take the message back into it. An
-    /// error, sending nothing, where this end does not [`lend`](Self::lends).
-    ///
-    /// # Safety
-    ///
-    /// `p` must stay valid for reads of `bytes` bytes, unchanged, until
-    /// [`lent`](Self::lent) is 0, [`forget_lent`](Self::forget_lent) has
-    /// run, or (with `hold`, for the bytes it covers) [`reclaim`](Self::reclaim).
-    pub unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], hold: bool) -> Result<()> {
-        if hold && bytes > self.slot_bytes() {
-            return Err(Error::internal(format!("a held message of {bytes} B exceeds a slot")));
-        }
-        match self {
-            // SAFETY: the caller's contract is lend's; a held message fits
-            // a slot (checked above).
-            SendConn::Tcp(t) => unsafe { t.lend(p, bytes, fp, hold) },
-            _ => return Err(Error::internal("a memory FIFO was lent a message: it sends only from its slots")),
-        }
-        Ok(())
-    }
-
-    /// Messages of lent memory not yet fully handed to the kernel.
-    pub fn lent(&self) -> usize {
-        match self {
-            SendConn::Tcp(t) => t.lent(),
-            _ => 0,
-        }
-    }
-
-    /// Takes back held lent messages not yet sent that overlap the `bytes`
-    /// bytes at `p` (copying them into their slots), so that the lender may
-    /// overwrite those bytes.
-    pub fn reclaim(&mut self, p: *const u8, bytes: usize) {
-        if let SendConn::Tcp(t) = self {
-            t.reclaim(p, bytes)
-        }
-    }
-
-    /// Drops lent messages not yet sent (their memory is about to go: the
-    /// call failed); a message cut short breaks this end.
-    pub fn forget_lent(&mut self) {
-        if let SendConn::Tcp(t) = self {
-            t.forget_lent()
-        }
-    }
-
-    /// Pushes staged data on (TCP); a no-op for memory FIFOs.
-    pub fn flush(&mut self) -> Result<()> {
-        match self {
-            SendConn::Tcp(t) => t.pump(),
-            _ => Ok(()),
-        }
-    }
-    /// Slots in flight at most: a slot reserved now was released by the
-    /// receiver `nslots` messages ago (None for sockets, which stage).
-    pub fn nslots(&mut self) -> Option<usize> {
-        match self {
-            SendConn::Fifo(f) => Some(f.nslots()),
-            SendConn::Shm(l, _) => l.get().ok().flatten().map(|f| f.nslots()),
-            SendConn::Tcp(_) => None,
-        }
-    }
-
-    /// The staging memory of a socket connection (to page-lock for a GPU):
-    /// it lives as long as this end.
-    pub fn staging_memory(&self) -> Option<(*mut u8, usize)> {
-        match self {
-            SendConn::Tcp(t) => Some(t.slot_memory()),
-            _ => None,
-        }
-    }
-
-    /// Keeps `a` alive until the receiver has dropped its end too; `false`
-    /// where the receiver is in another process (nothing to keep alive for).
-    pub fn attach(&mut self, a: fifo::Attachment) -> bool {
-        match self {
-            SendConn::Fifo(f) => {
-                f.attach(a);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether the receiver reads this end's slots from another process
-    /// (memory shared between processes), so that memory it may still be
-    /// reading cannot be kept alive by [`attach`](Self::attach).
-    pub fn read_elsewhere(&self) -> bool {
-        matches!(self, SendConn::Shm(..))
-    }
-
-    /// Bytes per slot.
-    pub fn slot_bytes(&self) -> usize {
-        match self {
-            SendConn::Fifo(f) => f.slot_bytes(),
-            SendConn::Shm(_, b) => *b,
-            SendConn::Tcp(t) => t.slot_bytes(),
-        }
-    }
-}
-
-impl RecvConn {
-    /// The oldest arrived slot, its length in bytes and the sender's call
-    /// fingerprint, if any.
-    pub fn peek(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
-        Ok(match self {
-            RecvConn::Fifo(f) => f.peek(),
-            RecvConn::Shm(l, _) => l.get()?.and_then(|f| f.peek()),
-            RecvConn::Tcp(t) => t.peek_slot()?,
-        })
-    }
-    /// The staging memory of a socket connection (to page-lock for a GPU):
-    /// it lives as long as this end.
-    pub fn staging_memory(&self) -> Option<(*mut u8, usize)> {
-        match self {
-            RecvConn::Tcp(t) => Some(t.slot_memory()),
-            _ => None,
-        }
-    }
-
-    /// What the sender attached (a FIFO in this process's memory).
-    pub fn attached(&self) -> Option<fifo::Attachment> {
-        match self {
-            RecvConn::Fifo(f) => f.attached(),
-            _ => None,
-        }
-    }
-
-    /// Whether this end can read a message straight into the call's
-    /// memory ([`post_into`](Self::post_into)): sockets, whose kernel
-    /// copies the bytes in anyway, so a slot would only add a copy.
-    pub fn lands(&self) -> bool {
-        self.is_socket()
-    }
-
-    /// Whether polling this end is a system call (a socket), not a look at
-    /// memory.
-    pub fn is_socket(&self) -> bool {
-        matches!(self, RecvConn::Tcp(_))
-    }
-
-    /// Gives the message `ahead` after the next one [`peek`](Self::peek)
-    /// will return a place of `cap` bytes at `p` to be read into instead
-    /// of a slot, where it has not started to arrive; `peek` then returns
-    /// `p`. Nothing where this end does not [`land`](Self::lands).
-    ///
-    /// # Safety
-    ///
-    /// `p` must be valid for writes of `cap` bytes, and nothing else may
-    /// read or write them, until that message has been released or
-    /// [`withdraw`](Self::withdraw) has run.
-    pub unsafe fn post_into(&mut self, ahead: usize, p: *mut u8, cap: usize) {
-        if let RecvConn::Tcp(t) = self {
-            // SAFETY: the caller's contract is post_into's.
-            unsafe { t.post_into(ahead, p, cap) }
-        }
-    }
-
-    /// Takes back every place given by [`post_into`](Self::post_into)
-    /// (their memory is about to go: the call failed); what was read into
-    /// them moves into slots.
-    pub fn withdraw(&mut self) {
-        if let RecvConn::Tcp(t) = self {
-            t.withdraw()
-        }
-    }
-
-    /// Returns the slot [`peek`](Self::peek) returned to the sender.
-    pub fn release(&mut self) {
-        match self {
-            RecvConn::Fifo(f) => f.release(),
-            RecvConn::Shm(l, _) => {
-                if let Ok(Some(f)) = l.get() {
-                    f.release()
-                }
-            }
-            RecvConn::Tcp(t) => t.release_slot(),
-        }
-    }
-    /// Bytes per slot.
-    pub fn slot_bytes(&self) -> usize {
-        match self {
-            RecvConn::Fifo(f) => f.slot_bytes(),
-            RecvConn::Shm(_, b) => *b,
-            RecvConn::Tcp(t) => t.slot_bytes(),
-        }
-    }
+links! {
+    Fifo(fifo::FifoSend, fifo::FifoRecv),
+    Shm(shm::ShmSend, shm::ShmRecv),
+    Tcp(tcp::TcpSend, tcp::TcpRecv),
 }
 
 /// Sleeps in `poll()` on `fds` for at most `timeout` (whole milliseconds).

@@ -22,7 +22,7 @@ use super::doorbell::{Bell, BellRef, Doorbell};
 use super::fifo::{FifoMem, FifoRecv, FifoSend};
 use super::shm_file::{self, JobFiles};
 use super::wake::WakeSocket;
-use super::{ConnKey, Geometry, RecvConn, SendConn, Transport};
+use super::{ConnKey, Geometry, Offers, RecvConn, RecvVerbs, SendConn, SendVerbs, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use memmap2::MmapMut;
 use std::collections::HashMap;
@@ -271,11 +271,18 @@ impl Shm {
     }
 }
 
-/// A connection whose FIFO is mapped on first successful poll.
+/// One end of a connection whose FIFO is mapped on first successful poll,
+/// and its slot size.
 pub struct Lazy<C> {
     conn: Option<C>,
     open: Box<dyn FnMut() -> Result<Option<C>> + Send>,
+    slot_bytes: usize,
 }
+
+/// The sending end of a shared-memory connection.
+pub type ShmSend = Lazy<FifoSend>;
+/// The receiving end of a shared-memory connection.
+pub type ShmRecv = Lazy<FifoRecv>;
 
 impl<C> Lazy<C> {
     /// The connection, if both sides have arrived.
@@ -284,6 +291,47 @@ impl<C> Lazy<C> {
             self.conn = (self.open)()?;
         }
         Ok(self.conn.as_mut())
+    }
+}
+
+/// Slots read by the peer's process from a mapping of their own.
+const OFFERS: Offers = Offers { read_elsewhere: true, lends: false, lands: false, pollable: false, staged: false };
+
+impl SendVerbs for ShmSend {
+    fn offers(&self) -> Offers {
+        OFFERS
+    }
+    fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+    #[inline]
+    fn reserve(&mut self, bytes: usize, spread: bool) -> Result<Option<*mut u8>> {
+        Ok(self.get()?.and_then(|f| f.reserve(bytes, spread)))
+    }
+    #[inline]
+    fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
+        if let Ok(Some(f)) = self.get() {
+            f.post(bytes, fp)
+        }
+    }
+}
+
+impl RecvVerbs for ShmRecv {
+    fn offers(&self) -> Offers {
+        OFFERS
+    }
+    fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+    #[inline]
+    fn peek(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
+        Ok(self.get()?.and_then(|f| f.peek()))
+    }
+    #[inline]
+    fn release(&mut self) {
+        if let Ok(Some(f)) = self.get() {
+            f.release()
+        }
     }
 }
 
@@ -300,14 +348,14 @@ impl Transport for Shm {
         let bell = self.peer_bell(key.to)?;
         let mut open = self.opener(key);
         let open = move || Ok(open()?.map(|m| FifoSend::new(m, Arc::clone(&bell))));
-        Ok(SendConn::Shm(Lazy { conn: None, open: Box::new(open) }, self.slot_bytes))
+        Ok(Lazy { conn: None, open: Box::new(open), slot_bytes: self.slot_bytes }.into())
     }
 
     fn connect_recv(&self, key: ConnKey, _ring: Geometry) -> Result<RecvConn> {
         let bell = self.peer_bell(key.from)?;
         let mut open = self.opener(key);
         let open = move || Ok(open()?.map(|m| FifoRecv::new(m, Arc::clone(&bell))));
-        Ok(RecvConn::Shm(Lazy { conn: None, open: Box::new(open) }, self.slot_bytes))
+        Ok(Lazy { conn: None, open: Box::new(open), slot_bytes: self.slot_bytes }.into())
     }
 
     fn bell(&self) -> &Doorbell {

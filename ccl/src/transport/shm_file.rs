@@ -17,7 +17,6 @@
 //!   there with [`ErrorKind::ShmFull`], instead of with SIGBUS when a page
 //!   is first touched.
 
-use crate::bootstrap::UniqueId;
 use crate::error::{Error, ErrorKind, Result};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -47,10 +46,11 @@ impl std::fmt::Debug for JobFiles {
 }
 
 impl JobFiles {
-    /// The files of the job whose id is `id`.
-    pub fn of(id: &UniqueId) -> Self {
-        let key = Sha256::digest([b"ccl-files".as_slice(), id.secret()].concat()).into();
-        JobFiles { job: id.job_tag(), key }
+    /// The files of the job tagged `job` (in file names) whose secret is
+    /// `secret` ([`UniqueId::files`](crate::launch::UniqueId::files)).
+    pub fn new(job: String, secret: &[u8]) -> Self {
+        let key = Sha256::digest([b"ccl-files".as_slice(), secret].concat()).into();
+        JobFiles { job, key }
     }
 
     /// The files of a process that joined no job (a lone process, ranks as
@@ -237,8 +237,12 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    /// The files of a new job: its own secret each time.
     fn files() -> JobFiles {
-        JobFiles::of(&UniqueId::new("127.0.0.1:1".parse().expect("addr")))
+        static JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let secret = [u64::from(std::process::id()).to_le_bytes(), n.to_le_bytes()].concat();
+        JobFiles::new(format!("{:08x}", std::process::id()), &secret)
     }
 
     #[test]

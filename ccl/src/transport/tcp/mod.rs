@@ -283,14 +283,14 @@ impl Transport for Tcp {
         let dial = Dial { addr, key, shared: Arc::clone(&self.shared), patience: self.patience };
         let socks = (0..self.shared.nsocks).map(|idx| dial.connect(idx)).collect::<Result<Vec<_>>>()?;
         let slots = Slots::new(ring)?;
-        Ok(SendConn::Tcp(TcpSend::new(Arc::clone(&self.hosts), self.checksum, dial, socks, slots)))
+        Ok(TcpSend::new(Arc::clone(&self.hosts), self.checksum, dial, socks, slots).into())
     }
 
     fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn> {
         let slots = Slots::new(ring)?;
         self.shared.unclaimed.fetch_add(1, Ordering::Relaxed);
         let link = (key.comm, key.from, key.channel);
-        Ok(RecvConn::Tcp(TcpRecv::new(link, Arc::clone(&self.hosts), Arc::clone(&self.shared), slots)))
+        Ok(TcpRecv::new(link, Arc::clone(&self.hosts), Arc::clone(&self.shared), slots).into())
     }
 
     fn bell(&self) -> &Doorbell {
@@ -368,6 +368,7 @@ mod tests {
     use super::frame::{header, HAS_CRC, HEADER};
     use super::hello::HELLO;
     use super::*;
+    use crate::transport::{RecvVerbs, SendVerbs};
     use crate::error::ErrorKind;
     use std::time::Instant;
 
@@ -567,7 +568,7 @@ mod tests {
         let ring = Geometry { nslots: 2, slot_bytes: 1024 };
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
         let (mut s, mut r) = (tx.connect_send(key, ring).expect("send"), rx.connect_recv(key, ring).expect("recv"));
-        assert!(s.lends());
+        assert!(s.offers().lends);
         // lent memory arrives like a slot, in order with slots
         let a: Vec<u8> = (0..1000).map(|i| i as u8).collect();
         // SAFETY: `a` outlives the frame, which is written before `lent` is 0 (checked below).
@@ -686,7 +687,7 @@ mod tests {
         let rx = transport(1, true);
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
         let mut r = rx.connect_recv(key, Geometry { nslots: 4, slot_bytes: 256 }).expect("recv end");
-        assert!(r.lands());
+        assert!(r.offers().lands);
         let mut s = TcpStream::connect(rx.shared.listener.local_addr().expect("addr")).expect("connect");
         s.write_all(&rx.shared.hello(key, 0).expect("hello")).expect("hello");
         let head = |p: &[u8]| header(p.len(), &[1, 2, 3, 4], u64::from(crc32fast::hash(p)) | HAS_CRC);

@@ -6,6 +6,7 @@ use super::frame::{parse_header, HAS_CRC, HEADER, LOST};
 use super::slots::Slots;
 use super::{host_of, io_err, Link, Shared, SockFlag};
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::{Offers, RecvVerbs};
 use std::collections::VecDeque;
 use std::io::{ErrorKind as IoKind, Read};
 use std::net::TcpStream;
@@ -227,22 +228,38 @@ fn place_for(posted: &VecDeque<(usize, Place, usize)>, m: usize, len: usize) -> 
     posted.iter().find(|&&(at, _, _)| at == m).and_then(|&(_, p, cap)| (len <= cap).then_some(p))
 }
 
-impl TcpRecv {
-    pub(crate) fn peek_slot(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
-        self.peek()
+/// Slots read ahead from sockets, or straight into the call's memory.
+const OFFERS: Offers = Offers { lends: false, lands: true, pollable: true, staged: true, read_elsewhere: false };
+
+impl RecvVerbs for TcpRecv {
+    fn offers(&self) -> Offers {
+        OFFERS
     }
-    pub(crate) fn release_slot(&mut self) {
-        self.release()
-    }
-    pub(crate) fn slot_bytes(&self) -> usize {
+    fn slot_bytes(&self) -> usize {
         self.slots.slot_bytes
     }
+    fn peek(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
+        TcpRecv::peek(self)
+    }
+    fn release(&mut self) {
+        TcpRecv::release(self)
+    }
+    unsafe fn post_into(&mut self, ahead: usize, p: *mut u8, cap: usize) {
+        // SAFETY: the caller's contract is post_into's.
+        unsafe { TcpRecv::post_into(self, ahead, p, cap) }
+    }
+    fn withdraw(&mut self) {
+        TcpRecv::withdraw(self)
+    }
+    fn staging_memory(&self) -> Option<(*mut u8, usize)> {
+        Some((self.slots.base, self.slots.layout.size()))
+    }
+}
+
+#[cfg(test)]
+impl TcpRecv {
     /// Bytes of the frame in progress read so far on the first socket.
-    #[cfg(test)]
     pub(crate) fn read_so_far(&self) -> usize {
         self.socks.first().map_or(0, |s| s.off)
-    }
-    pub(crate) fn slot_memory(&self) -> (*mut u8, usize) {
-        (self.slots.base, self.slots.layout.size())
     }
 }

@@ -7,6 +7,7 @@ use super::slots::Slots;
 use super::{host_of, Dial, SockFlag};
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::admit::DropLog;
+use crate::transport::{Offers, SendVerbs};
 use std::collections::VecDeque;
 use std::io::{ErrorKind as IoKind, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -347,22 +348,47 @@ impl Drop for TcpSend {
     }
 }
 
-/// Methods the engine reaches through [`SendConn`] and [`RecvConn`].
-impl TcpSend {
-    pub(crate) fn reserve_slot(&mut self) -> Result<Option<*mut u8>> {
-        self.reserve()
+/// Staged slots written to sockets, or the caller's memory lent.
+const OFFERS: Offers = Offers { lends: true, lands: false, pollable: true, staged: true, read_elsewhere: false };
+
+impl SendVerbs for TcpSend {
+    fn offers(&self) -> Offers {
+        OFFERS
     }
-    pub(crate) fn post_slot(&mut self, bytes: usize, fp: &[u64; 4]) {
-        self.post(bytes, fp)
-    }
-    pub(crate) fn slot_bytes(&self) -> usize {
+    fn slot_bytes(&self) -> usize {
         self.slots.slot_bytes
     }
-    pub(crate) fn slot_memory(&self) -> (*mut u8, usize) {
-        (self.slots.base, self.slots.layout.size())
+    fn reserve(&mut self, _bytes: usize, _spread: bool) -> Result<Option<*mut u8>> {
+        TcpSend::reserve(self)
     }
-    /// Lent frames not yet fully written.
-    pub(crate) fn lent(&self) -> usize {
+    fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
+        TcpSend::post(self, bytes, fp)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.pump()
+    }
+    fn announce_lost(&mut self, lost: usize) {
+        TcpSend::announce_lost(self, lost)
+    }
+    unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], hold: bool) -> Result<()> {
+        if hold && bytes > self.slots.slot_bytes {
+            return Err(Error::internal(format!("a held message of {bytes} B exceeds a slot")));
+        }
+        // SAFETY: the caller's contract is lend's; a held message fits a
+        // slot (checked above).
+        unsafe { TcpSend::lend(self, p, bytes, fp, hold) };
+        Ok(())
+    }
+    fn lent(&self) -> usize {
         self.lent
+    }
+    fn reclaim(&mut self, p: *const u8, bytes: usize) {
+        TcpSend::reclaim(self, p, bytes)
+    }
+    fn forget_lent(&mut self) {
+        TcpSend::forget_lent(self)
+    }
+    fn staging_memory(&self) -> Option<(*mut u8, usize)> {
+        Some((self.slots.base, self.slots.layout.size()))
     }
 }

@@ -15,7 +15,7 @@
 //! <why>`. Only the launcher's notes count: a file that is a link, or is
 //! not this user's own and closed to others, is not read.
 
-use crate::transport::shm_file::{self, JobFiles};
+use super::shm_file::{self, JobFiles};
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};

@@ -1,12 +1,13 @@
 //! A schedule checked against its layout, once, and reused by every call
 //! of the same shape ([`Checked`]), and what one call runs over it
-//! ([`Plan`]).
+//! ([`Plan`]): what the planner hands the executor.
 
-use super::{Conns, DevCall, Peers, Wiring};
+use super::fingerprint;
 use crate::algo::lend::Lending;
 use crate::algo::{Buf, Layout, Region, Schedule, Step};
 use crate::error::{Error, Result};
-use crate::plan::fingerprint;
+use crate::gpu::{Device, Kernels};
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 /// A schedule proven to fit a layout (every region inside its buffer,
@@ -14,17 +15,30 @@ use std::sync::{Arc, OnceLock};
 /// every call with the same shape.
 /// A cached plan belongs to one communicator, whose connections its first
 /// call wires.
-#[derive(Debug)]
 pub struct Checked {
-    pub(super) sched: Arc<Schedule>,
-    pub(super) layout: Layout,
+    pub(crate) sched: Arc<Schedule>,
+    pub(crate) layout: Layout,
     /// How its steps share the call's memory with sockets
     /// ([`lend::plan`](crate::algo::lend::plan)).
-    pub(super) lending: Lending,
+    pub(crate) lending: Lending,
     /// How many ranks' buffers the schedule reaches ([`Peers`]): one past
     /// the highest rank; 0 for none.
-    pub(super) peers: usize,
-    pub(super) wiring: OnceLock<Arc<Wiring>>,
+    pub(crate) peers: usize,
+    /// What the executor made of the schedule on its communicator (its
+    /// connections) the first time a call ran it: opaque here.
+    wired: OnceLock<Arc<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checked")
+            .field("sched", &self.sched)
+            .field("layout", &self.layout)
+            .field("lending", &self.lending)
+            .field("peers", &self.peers)
+            .field("wired", &self.wired.get().is_some())
+            .finish()
+    }
 }
 
 impl Checked {
@@ -33,24 +47,33 @@ impl Checked {
     pub fn new(sched: Schedule, layout: Layout) -> Result<Self> {
         let peers = validate(&sched, &layout)?;
         let lending = crate::algo::lend::plan(&sched, &layout);
-        Ok(Checked { sched: Arc::new(sched), layout, lending, peers, wiring: OnceLock::new() })
+        Ok(Checked { sched: Arc::new(sched), layout, lending, peers, wired: OnceLock::new() })
     }
 
     /// Whether `peers` holds every buffer the schedule reaches.
     #[inline]
-    pub(super) fn fits(&self, peers: Option<Peers<'_>>) -> bool {
+    pub(crate) fn fits(&self, peers: Option<Peers<'_>>) -> bool {
         let holds = |v: &[usize]| v.len() >= self.peers;
         let input = self.layout.in_place.is_none() && self.layout.input > 0;
         self.peers == 0 || peers.is_some_and(|p| holds(p.output) && (!input || p.input.is_some_and(holds)))
     }
 
-    /// The schedule's connections (made now by the plan's first call).
-    pub(super) fn wiring(&self, channel_base: u32, conns: &mut Conns) -> Result<Arc<Wiring>> {
-        if let Some(w) = self.wiring.get() {
-            return Ok(Arc::clone(w));
-        }
-        let w = Arc::new(Wiring::new(&self.sched, self.lending.clone(), channel_base, conns)?);
-        Ok(Arc::clone(self.wiring.get_or_init(|| w)))
+    /// What the executor made of the schedule, made by `make` the first
+    /// time (on the plan's first call).
+    pub(crate) fn wired<W: Any + Send + Sync>(&self, make: impl FnOnce() -> Result<W>) -> Result<Arc<W>> {
+        let any = match self.wired.get() {
+            Some(w) => w,
+            None => {
+                let w: Arc<dyn Any + Send + Sync> = Arc::new(make()?);
+                self.wired.get_or_init(|| w)
+            }
+        };
+        Arc::clone(any).downcast::<W>().map_err(|_| Error::internal("a plan wired by another executor"))
+    }
+
+    /// Whether `w` is what [`wired`](Self::wired) made.
+    pub(crate) fn wired_as<W>(&self, w: &Arc<W>) -> bool {
+        self.wired.get().is_some_and(|a| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(w)))
     }
 }
 
@@ -89,9 +112,46 @@ pub struct Plan<'a> {
     pub spread: bool,
 }
 
+/// Where every rank's buffers of a call on shared memory are mapped in
+/// this process (addresses by rank, this rank's own included): what the
+/// schedule's peer regions ([`Buf::PeerInput`], [`Buf::PeerOutput`]) are
+/// in. In place, there is no input.
+#[derive(Clone, Copy, Debug)]
+pub struct Peers<'a> {
+    /// Each rank's send buffer.
+    pub input: Option<&'a [usize]>,
+    /// Each rank's receive buffer.
+    pub output: &'a [usize],
+}
+
+/// A call's device: where its kernels run and what they are.
+#[derive(Clone, Debug)]
+pub struct DevCall {
+    /// The GPU.
+    pub dev: Arc<dyn Device>,
+    /// The stream the call is ordered on.
+    pub stream: crate::gpu::Stream,
+    /// The kernels of the call's type and operator.
+    pub kernels: Kernels,
+    /// The device slots of connections that hand over on the GPUs, as the
+    /// call is cut by them ([`Config::device_slots_on`]): as many, and as
+    /// large, as the schedule's proof of progress assumes.
+    ///
+    /// [`Config::device_slots_on`]: crate::Config::device_slots_on
+    pub slots: crate::transport::Geometry,
+    /// How long its device work may wait on peers (`CCL_TIMEOUT`).
+    pub timeout: std::time::Duration,
+    /// The ranks to divide the result by, queued after the call's last
+    /// step (Avg's finishing pass), if the call reduces.
+    pub finish: Option<usize>,
+    /// Whether the communicator's proxy thread finishes the call even if
+    /// no connection of it is staged (`CCL_GPU_PROXY=1`).
+    pub proxy: bool,
+}
+
 /// Whether a host call of `layout`, of elements of `elem` bytes, writes its
 /// output around the cache, as [`Plan::around_cache_from`] (`from`) says
-/// and [`Exec`](super::Exec) does: a large output, and not the input's buffer too.
+/// and the executor does: a large output, and not the input's buffer too.
 #[inline]
 pub fn writes_around(layout: &Layout, elem: usize, from: usize) -> bool {
     let out_bytes = layout.capacity(Buf::Output, 0).saturating_mul(elem);
