@@ -265,6 +265,10 @@ knobs! {
     sockets_per_peer: usize = 2, "CCL_SOCKETS_PER_PEER", "2";
     /// Network interface whose IPv4 address the TCP transport listens on (empty: the one that reaches cclrun).
     socket_ifname: String = String::new(), "CCL_SOCKET_IFNAME", "";
+    /// 1: no RDMA; ranks on other hosts talk over TCP.
+    ib_disable: bool = false, "CCL_IB_DISABLE", "0";
+    /// 1: RDMA through ccl's software verbs provider (over TCP), for tests; with CCL_SHM_DISABLE=1 it also connects ranks of one host.
+    ib_soft: bool = false, "CCL_IB_SOFT", "0";
     /// 1: a CRC32 of every TCP payload is sent and checked, so corruption on a link is an error.
     checksum: bool = false, "CCL_CHECKSUM", "0";
     /// Network bandwidth between hosts in Mbit/s for the cost model; 0 measures it at start-up.

@@ -68,6 +68,20 @@ fn scenarios() -> Vec<Scenario> {
             15,
         ));
     }
+    // RDMA through the software provider: a killed peer ends its queue
+    // pairs' connections, or its setup pair, and survivors name it
+    for ranks in [2, 4, 8] {
+        let soft = ["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_IB_SOFT=1", FAULT, "kill", "1"];
+        v.push(s(
+            "kill -9 a rank mid all_reduce (rdma)",
+            ranks,
+            &soft,
+            137,
+            &["lost rank 1 "],
+            "was killed by signal 9",
+            10,
+        ));
+    }
     v.push(s("a rank exits 3", 4, &[FAULT, "exit", "2", "3"], 3, &["lost rank 2 "], "exited with code 3", 10));
     // the survivors' GPUs wait on the gone rank's flags: the host's watch
     // releases them (a survivor may find first another that already left

@@ -46,6 +46,27 @@ fn matrix_over_tcp_2_3_4_ranks() {
     matrix(3, &["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_CHECKSUM=1"]);
 }
 
+/// RDMA through the software provider, ranks of this host kept off
+/// shared memory.
+const SOFT_RDMA: [&str; 4] = ["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_IB_SOFT=1"];
+
+#[test]
+fn matrix_over_soft_rdma_2_to_8_ranks_and_channels() {
+    for np in [2, 4, 8] {
+        matrix(np, &SOFT_RDMA);
+    }
+    matrix(3, &[&SOFT_RDMA[..], &["-x", "CCL_TEST_LARGE=1", "-x", "CCL_NCHANNELS=2"]].concat());
+    // small slots: many messages wait for credits
+    matrix(2, &[&SOFT_RDMA[..], &["-x", "CCL_TEST_LARGE=1", "-x", "CCL_BUFFSIZE=8K"]].concat());
+}
+
+#[test]
+fn matrix_over_soft_rdma_every_algorithm() {
+    for algo in ["ring", "tree", "rd", "rhd", "ring-ring", "tree-ring"] {
+        matrix(3, &[&SOFT_RDMA[..], &["-x", "CCL_TEST_LARGE=1", "-x", &format!("CCL_ALGO={algo}")]].concat());
+    }
+}
+
 #[test]
 fn matrix_over_tcp_every_algorithm() {
     for algo in ["ring", "tree", "rd", "rhd", "ring-ring", "tree-ring"] {

@@ -26,6 +26,7 @@ use crate::topo::Hosts;
 use crate::transport::local::Fabric;
 use crate::transport::shm::Shm;
 use crate::transport::lost_notes;
+use crate::transport::rdma::{self, Rdma};
 use crate::transport::tcp::{interface_ipv4, Tcp};
 use crate::transport::{Registry, Transport};
 use std::sync::Arc;
@@ -72,7 +73,8 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         std::thread::spawn(Shm::sweep_stale);
     }
     let bell = Shm::create_bell(&files, env.rank).map_err(at)?;
-    let listener = Tcp::listen(tcp_ip(&config, &env.id).map_err(at)?).map_err(at)?;
+    let ip = tcp_ip(&config, &env.id).map_err(at)?;
+    let listener = Tcp::listen(ip).map_err(at)?;
     let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;
     let me = PeerInfo {
         rank: env.rank,
@@ -96,9 +98,21 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let config = config.on_machine(&machine);
     let shm =
         Shm::new(&files, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
+    let hosts: Arc<[String]> = peers.iter().map(|a| a.ip().to_string()).collect();
     let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum)
         .patience(config.timeout);
-    let registry = Registry::new(vec![Arc::new(shm) as Arc<dyn Transport>, Arc::new(tcp)])?
+    let tcp = Arc::new(tcp);
+    let mut list: Vec<Arc<dyn Transport>> = vec![Arc::new(shm)];
+    let info = config.debug >= crate::config::LogLevel::Info;
+    match rdma::open(&config, ip) {
+        Ok(dev) => {
+            list.push(Arc::new(Rdma::new(env.rank, dev, Arc::clone(&tcp), hosts, info).map_err(at)?));
+        }
+        Err(why) if info => eprintln!("ccl INFO rank {}: no RDMA ({why}): TCP between hosts", env.rank),
+        Err(_) => {}
+    }
+    list.push(tcp);
+    let registry = Registry::new(list)?
         .with_lost_notes(env.launcher_pid.map(|p| lost_notes::path(&files, p)))
         .with_files(files);
     let comm_id = u64::from_str_radix(&job, 16).unwrap_or(1);

@@ -19,6 +19,7 @@ mod conn;
 pub mod doorbell;
 pub mod fifo;
 pub mod local;
+pub mod rdma;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub mod shm;
@@ -120,6 +121,7 @@ links! {
     Fifo(fifo::FifoSend, fifo::FifoRecv),
     Shm(shm::ShmSend, shm::ShmRecv),
     Tcp(tcp::TcpSend, tcp::TcpRecv),
+    Rdma(rdma::RdmaSend, rdma::RdmaRecv),
 }
 
 /// Sleeps in `poll()` on `fds` for at most `timeout` (whole milliseconds).

@@ -1,0 +1,201 @@
+//! RDMA between hosts: reliable-connected queue pairs that write slots
+//! straight into the receiver's registered memory.
+//!
+//! A connection is one queue pair per direction and channel. The
+//! receiver's slots are registered memory; the sender stages a message in
+//! a registered slot of its own and writes it, with its call's fingerprint
+//! after it, into the receiver's slot of the same number with one write
+//! with immediate (the immediate: the message's sequence number, so a late
+//! or duplicated write is an error). The receiver keeps one receive posted
+//! per slot and returns freed slots with small writes into the sender's
+//! credit word, half a ring at once ([`recv`]). Completions are polled by
+//! the progress engine, which sleeps on the completion channels'
+//! descriptors when idle ([`Transport::poll_fds`]).
+//!
+//! The two ends meet over a TCP pair of their own, authenticated as every
+//! TCP connection of the job is (`setup`): queue pairs, addresses and
+//! rkeys never travel in the clear. The verbs come from a provider
+//! ([`verbs`]): the software one ([`soft`], `CCL_IB_SOFT=1`).
+
+pub mod mem;
+pub mod recv;
+pub mod send;
+mod setup;
+pub mod soft;
+pub mod verbs;
+
+pub use recv::RdmaRecv;
+pub use send::RdmaSend;
+
+use super::doorbell::Doorbell;
+use super::tcp::Tcp;
+use super::{ConnKey, Geometry, RecvConn, SendConn, Transport};
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Result};
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use verbs::{Device, LinkLayer, QpInfo, Status};
+
+/// Bytes of the fingerprint after every message.
+const FP: usize = 32;
+/// Credit writes a receiver may have in flight, beside a sender's slots.
+const EXTRA_DEPTH: usize = 16;
+/// Slots per connection at least: the group cuts few for sockets, which
+/// the kernel buffers; here the ring is all there is, and more slots let
+/// credits come back in batches.
+const MIN_SLOTS: usize = 8;
+
+/// A completion channel's descriptor, polled while its connection lives.
+pub(super) struct Watch {
+    fd: RawFd,
+}
+
+/// What the transport's connections share.
+struct Shared {
+    me: usize,
+    dev: Arc<dyn Device>,
+    dev_name: String,
+    link: LinkLayer,
+    /// Every endpoint's host, as errors name it.
+    hosts: Arc<[String]>,
+    info: bool,
+    watched: Mutex<Vec<Weak<Watch>>>,
+}
+
+/// One connection's view of the transport: its peer, and what it shares.
+pub(super) struct Link {
+    peer: usize,
+    dev: Arc<dyn Device>,
+    shared: Arc<Shared>,
+}
+
+impl Link {
+    /// Polls `fd` while the returned watch lives.
+    fn watch(&self, fd: RawFd) -> Arc<Watch> {
+        let w = Arc::new(Watch { fd });
+        if let Ok(mut v) = self.shared.watched.lock() {
+            v.retain(|w| w.strong_count() > 0);
+            v.push(Arc::downgrade(&w));
+        }
+        w
+    }
+
+    fn host(&self) -> String {
+        self.shared.hosts.get(self.peer).cloned().unwrap_or_else(|| "rdma".into())
+    }
+
+    /// The error a failed completion is: a peer that stopped answering is lost.
+    fn failed(&self, st: Status) -> Error {
+        let dev = &self.shared.dev_name;
+        match st {
+            Status::RetryExceeded => Error::new(ErrorKind::PeerLost {
+                rank: self.peer,
+                host: self.host(),
+                why: format!("rdma on {dev}: {}", st.describe()),
+            }),
+            _ => Error::transport(format!("rdma on {dev} with rank {} ({}): {}", self.peer, self.host(), st.describe())),
+        }
+        .with_peer(self.peer)
+    }
+
+    /// `Err` where the peer's port cannot reach this one's.
+    fn check_peer(&self, q: &QpInfo) -> Result<()> {
+        if q.link != self.shared.link {
+            return Err(Error::transport(format!(
+                "rdma: rank {} uses a {:?} port, this rank {:?} ({}): set CCL_IB_HCA to ports of one link layer, or \
+                 CCL_IB_DISABLE=1",
+                self.peer, q.link, self.shared.link, self.shared.dev_name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Says, at INFO, that the `dir` end to the peer is connected.
+    fn connected(&self, dir: &str) {
+        if self.shared.info {
+            eprintln!("ccl INFO rank {} {dir} rank {}: rdma {}", self.shared.me, self.peer, self.shared.dev_name);
+        }
+    }
+}
+
+/// The RDMA transport of one process: its device, and the TCP transport
+/// its connections meet over.
+pub struct Rdma {
+    shared: Arc<Shared>,
+    tcp: Arc<Tcp>,
+    bell: Doorbell,
+}
+
+/// The device `config` picks for a process whose TCP transport listens on
+/// `ip`, or why there is none.
+pub fn open(config: &Config, ip: std::net::IpAddr) -> std::result::Result<Arc<dyn Device>, String> {
+    if config.ib_disable {
+        return Err("CCL_IB_DISABLE=1".into());
+    }
+    if config.ib_soft {
+        let retry = config.timeout.min(Duration::from_secs(8));
+        return soft::SoftDevice::open(ip, retry).map(|d| Arc::new(d) as Arc<dyn Device>).map_err(|e| e.to_string());
+    }
+    Err("no RDMA provider: built without feature `rdma` (CCL_IB_SOFT=1 uses the software one)".into())
+}
+
+impl Rdma {
+    /// The transport of endpoint `me` over `dev`, meeting peers over `tcp`;
+    /// `hosts` names every endpoint's host.
+    pub fn new(me: usize, dev: Arc<dyn Device>, tcp: Arc<Tcp>, hosts: Arc<[String]>, info: bool) -> Result<Self> {
+        let link = dev.link_layer();
+        let dev_name = dev.name();
+        let shared = Arc::new(Shared { me, dev, dev_name, link, hosts, info, watched: Mutex::default() });
+        Ok(Rdma { shared, tcp, bell: Doorbell::new() })
+    }
+
+    fn link(&self, peer: usize) -> Link {
+        Link { peer, dev: Arc::clone(&self.shared.dev), shared: Arc::clone(&self.shared) }
+    }
+}
+
+impl Transport for Rdma {
+    fn name(&self) -> &'static str {
+        "rdma"
+    }
+
+    fn can_connect(&self, from: usize, to: usize) -> bool {
+        self.tcp.can_connect(from, to)
+    }
+
+    fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {
+        let setup = setup::Setup::open(&self.tcp, key, true)?;
+        let nslots = ring.nslots.max(MIN_SLOTS);
+        let qp = self.shared.dev.queue_pair(nslots + EXTRA_DEPTH)?;
+        Ok(RdmaSend::new(self.link(key.to), qp, setup, nslots, ring.slot_bytes)?.into())
+    }
+
+    fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn> {
+        let setup = setup::Setup::open(&self.tcp, key, false)?;
+        let nslots = ring.nslots.max(MIN_SLOTS);
+        let qp = self.shared.dev.queue_pair(nslots + EXTRA_DEPTH)?;
+        Ok(RdmaRecv::new(self.link(key.from), qp, setup, nslots, ring.slot_bytes)?.into())
+    }
+
+    fn bell(&self) -> &Doorbell {
+        &self.bell
+    }
+
+    fn check_alive(&self, _peers: &[usize]) -> Result<()> {
+        Ok(())
+    }
+
+    fn poll_fds(&self, out: &mut Vec<libc::pollfd>) {
+        if let Ok(v) = self.shared.watched.lock() {
+            out.extend(v.iter().filter_map(Weak::upgrade).map(|w| libc::pollfd { fd: w.fd, events: libc::POLLIN, revents: 0 }));
+        }
+    }
+
+    fn uses_bell(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests;

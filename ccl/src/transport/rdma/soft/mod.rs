@@ -1,0 +1,211 @@
+//! A software verbs provider: queue pairs between processes over TCP,
+//! held to what RDMA hardware enforces, so that the RDMA transport runs,
+//! and is tested, where no device is (`CCL_IB_SOFT=1`).
+//!
+//! Each device listens on one address. A queue pair dials its peer's
+//! device and proves, before anything else, the peer queue pair's number
+//! and the token its [`QpInfo`](super::verbs::QpInfo) carried (which only the bootstrap's
+//! authenticated connections carry); a connection that does not is
+//! closed. Over it, the queue pair's requests (writes, with or without an
+//! immediate) travel as frames and the peer answers each with a status,
+//! in order.
+//!
+//! The rules kept: a write lands only inside a region registered with its
+//! `rkey` (otherwise a remote access error); a local piece outside a
+//! region registered with its `lkey` is a local protection error; a write
+//! with immediate consumes one posted receive (none posted: receiver not
+//! ready); one completion per signaled request, in order; a queue pair
+//! that errs flushes every outstanding request with an error completion
+//! and fails from then on; a peer that closes, or answers nothing for
+//! the device's retry time, gives retry-exceeded errors. An aligned write of
+//! 8 bytes lands whole, as a NIC's does.
+
+mod qp;
+#[cfg(test)]
+mod tests;
+
+use super::verbs::{Device, LinkLayer, Mr, QueuePair};
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+/// Bytes a connection sends first: magic, the queue pair it reaches and
+/// that queue pair's token.
+const INTRO: usize = 8 + 4 + 16;
+const MAGIC: &[u8; 8] = b"cclsoft1";
+/// How long a new connection may take to introduce itself.
+const INTRO_WAIT: Duration = Duration::from_secs(2);
+/// Connections being introduced at once; more are closed unread.
+const INTRODUCING: usize = 64;
+
+/// A registered region, alive until deregistered: a writer holds `live`
+/// for reading while it writes, deregistration takes it for writing.
+struct Region {
+    addr: usize,
+    len: usize,
+    live: RwLock<bool>,
+}
+
+impl Region {
+    /// Whether `[addr, addr + len)` lies inside.
+    fn holds(&self, addr: u64, len: u64) -> bool {
+        let start = self.addr as u64;
+        addr >= start && addr.checked_add(len).is_some_and(|end| end <= start + self.len as u64)
+    }
+}
+
+/// What a device's queue pairs and its listener share.
+struct Dev {
+    addr: SocketAddr,
+    regions: RwLock<HashMap<u32, Arc<Region>>>,
+    qps: Mutex<HashMap<u32, Weak<qp::Shared>>>,
+    next_qpn: AtomicU32,
+    retry: Duration,
+    introducing: AtomicUsize,
+    stop: AtomicBool,
+}
+
+impl Dev {
+    /// The live region registered with `key` that holds `len` bytes at `addr`.
+    fn region(&self, key: u32, addr: u64, len: u64) -> Option<Arc<Region>> {
+        let r = self.regions.read().ok()?.get(&key).cloned()?;
+        r.holds(addr, len).then_some(r)
+    }
+}
+
+/// A software device: one per transport.
+pub struct SoftDevice {
+    dev: Arc<Dev>,
+}
+
+impl SoftDevice {
+    /// A device listening on `ip` (port chosen by the OS) whose queue
+    /// pairs give up on a silent peer after `retry`.
+    pub fn open(ip: std::net::IpAddr, retry: Duration) -> Result<Self> {
+        let io = |e: std::io::Error| Error::transport(format!("soft rdma device on {ip}: {e}"));
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(io)?;
+        listener.set_nonblocking(true).map_err(io)?;
+        crate::transport::admit::deepen_backlog(&listener);
+        let dev = Arc::new(Dev {
+            addr: listener.local_addr().map_err(io)?,
+            regions: RwLock::default(),
+            qps: Mutex::default(),
+            next_qpn: AtomicU32::new(rand::random::<u32>() & 0xff_ffff),
+            retry,
+            introducing: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let d = Arc::downgrade(&dev);
+        std::thread::Builder::new()
+            .name("ccl-soft-rdma".into())
+            .spawn(move || accept(&listener, &d))
+            .map_err(|e| Error::transport(format!("soft rdma device thread: {e}")))?;
+        Ok(SoftDevice { dev })
+    }
+}
+
+impl Drop for SoftDevice {
+    fn drop(&mut self) {
+        self.dev.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Device for SoftDevice {
+    fn name(&self) -> String {
+        format!("soft:{}", self.dev.addr)
+    }
+
+    fn link_layer(&self) -> LinkLayer {
+        LinkLayer::Ethernet
+    }
+
+    unsafe fn register(&self, addr: *mut u8, len: usize) -> Result<Mr> {
+        let mut regions = self.dev.regions.write().map_err(|_| Error::internal("soft rdma regions poisoned"))?;
+        let key = loop {
+            let k = rand::random::<u32>();
+            if k != 0 && !regions.contains_key(&k) {
+                break k;
+            }
+        };
+        regions.insert(key, Arc::new(Region { addr: addr as usize, len, live: RwLock::new(true) }));
+        Ok(Mr { addr: addr as usize, len, lkey: key, rkey: key })
+    }
+
+    fn deregister(&self, mr: &Mr) {
+        let r = self.dev.regions.write().ok().and_then(|mut m| m.remove(&mr.rkey));
+        if let Some(r) = r {
+            // waits for a write into it in progress
+            if let Ok(mut live) = r.live.write() {
+                *live = false;
+            }
+        }
+    }
+
+    fn queue_pair(&self, depth: usize) -> Result<Box<dyn QueuePair>> {
+        let qpn = self.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+        let q = qp::SoftQp::new(&self.dev, qpn, depth)?;
+        if let Ok(mut m) = self.dev.qps.lock() {
+            m.retain(|_, w| w.strong_count() > 0);
+            m.insert(qpn, Arc::downgrade(q.shared()));
+        }
+        Ok(Box::new(q))
+    }
+}
+
+/// Takes connections to the device until it is dropped; each introduces
+/// itself on a thread of its own (at most `INTRODUCING` at once).
+fn accept(l: &TcpListener, dev: &Weak<Dev>) {
+    loop {
+        let Some(d) = dev.upgrade() else { return };
+        if d.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        match l.accept() {
+            Ok((s, _)) if d.introducing.load(Ordering::Relaxed) < INTRODUCING => {
+                d.introducing.fetch_add(1, Ordering::Relaxed);
+                let d = Arc::clone(&d);
+                let spawned = std::thread::Builder::new().name("ccl-soft-intro".into()).spawn({
+                    let d = Arc::clone(&d);
+                    move || {
+                        introduce(s, &d);
+                        d.introducing.fetch_sub(1, Ordering::Relaxed);
+                    }
+                });
+                if spawned.is_err() {
+                    d.introducing.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            Ok(_) => {} // too many at once: closed unread
+            Err(_) => {
+                drop(d);
+                let mut fd = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(l), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd for the call's duration.
+                unsafe { libc::poll(&mut fd, 1, 200) };
+            }
+        }
+    }
+}
+
+/// Reads a connection's introduction and hands it to the queue pair it
+/// proves it may reach; anything else closes it.
+fn introduce(mut s: TcpStream, dev: &Dev) {
+    let mut intro = [0u8; INTRO];
+    let ok = s.set_nonblocking(false).is_ok()
+        && s.set_read_timeout(Some(INTRO_WAIT)).is_ok()
+        && s.read_exact(&mut intro).is_ok()
+        && &intro[..8] == MAGIC;
+    if !ok {
+        return;
+    }
+    let qpn = u32::from_le_bytes(intro[8..12].try_into().unwrap_or_default());
+    let token: [u8; 16] = intro[12..].try_into().unwrap_or_default();
+    let q = dev.qps.lock().ok().and_then(|m| m.get(&qpn).and_then(Weak::upgrade));
+    if let Some(q) = q {
+        let _ = s.set_read_timeout(None);
+        q.attach_incoming(s, &token);
+    }
+}

@@ -1,0 +1,134 @@
+//! The transport over the software provider, two endpoints in one
+//! process: messages, the protocol's economy, and its faults.
+
+use super::*;
+use crate::transport::{RecvVerbs, SendVerbs};
+use std::time::Instant;
+
+/// Endpoint 0's and 1's RDMA transports, each over a soft device and
+/// meeting over TCP on loopback.
+fn pair() -> (Rdma, Rdma) {
+    let l1 = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+    let at1 = l1.local_addr().expect("addr");
+    let l0 = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+    let at0 = l0.local_addr().expect("addr");
+    let hosts: Arc<[String]> = Arc::from(["h0".to_string(), "h1".to_string()]);
+    let ends = [(0, l0), (1, l1)].map(|(me, l)| {
+        let tcp = Arc::new(Tcp::new(me, [3; 16], l, vec![at0, at1], 1, false));
+        let dev: Arc<dyn Device> =
+            Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2)).expect("device"));
+        Rdma::new(me, dev, tcp, Arc::clone(&hosts), false).expect("rdma")
+    });
+    let [a, b] = ends;
+    (a, b)
+}
+
+fn conns(ring: Geometry) -> (Rdma, Rdma, SendConn, RecvConn) {
+    let (a, b) = pair();
+    let key = ConnKey { comm: 5, from: 0, to: 1, channel: 0 };
+    let s = a.connect_send(key, ring).expect("send");
+    let r = b.connect_recv(key, ring).expect("recv");
+    (a, b, s, r)
+}
+
+/// Sends `n` messages of `len` bytes (message `i` filled with `i`),
+/// checking each on arrival, the sender `ahead` messages before the
+/// receiver frees them at most.
+fn stream(s: &mut SendConn, r: &mut RecvConn, n: usize, len: usize) -> Result<()> {
+    let (mut sent, mut got) = (0, 0);
+    let t = Instant::now();
+    while got < n {
+        if t.elapsed() > Duration::from_secs(30) {
+            return Err(Error::transport(format!("stalled at {sent} sent, {got} arrived")));
+        }
+        if sent < n {
+            if let Some(p) = s.reserve(len, false)? {
+                // SAFETY: a reserved slot of at least `len` bytes.
+                unsafe { std::ptr::write_bytes(p, sent as u8, len) };
+                s.post(len, &[sent as u64, 1, 2, 3]);
+                sent += 1;
+            }
+        }
+        s.flush()?;
+        if let Some((p, l, fp)) = r.peek()? {
+            // SAFETY: a peeked message of `l` bytes, ours until released.
+            let m = unsafe { std::slice::from_raw_parts(p, l) };
+            assert_eq!((l, fp), (len, [got as u64, 1, 2, 3]), "message {got}");
+            assert!(m.iter().all(|&x| x == got as u8), "message {got}'s bytes");
+            r.release();
+            got += 1;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn messages_arrive_whole_in_order_with_their_fingerprints() {
+    let (_a, _b, mut s, mut r) = conns(Geometry { nslots: 2, slot_bytes: 4096 });
+    assert_eq!((s.slot_bytes(), r.slot_bytes()), (4096, 4096));
+    assert!(s.offers().pollable && s.offers().staged && !s.offers().lends);
+    stream(&mut s, &mut r, 100, 4096).expect("full slots");
+    stream(&mut s, &mut r, 50, 1).expect("one byte");
+    stream(&mut s, &mut r, 10, 0).expect("empty messages");
+}
+
+#[test]
+fn one_write_per_slot_and_credits_come_back_in_batches() {
+    let slot = 512 << 10;
+    let (_a, _b, mut s, mut r) = conns(Geometry { nslots: 2, slot_bytes: slot });
+    let n = (64 << 20) / slot;
+    stream(&mut s, &mut r, n, slot).expect("64 MiB");
+    let (SendConn::Rdma(s), RecvConn::Rdma(r)) = (&s, &r) else { panic!("rdma ends") };
+    assert_eq!(s.writes(), n as u64, "one write with immediate per slot");
+    assert!(r.credit_writes() < n as u64, "{} credit writes for {n} slots", r.credit_writes());
+}
+
+#[test]
+fn a_queue_pair_forced_to_error_fails_its_end_naming_the_peer_and_the_other_end_sees_it_go() {
+    let (_a, _b, mut s, mut r) = conns(Geometry { nslots: 2, slot_bytes: 1024 });
+    stream(&mut s, &mut r, 4, 64).expect("connected");
+    let SendConn::Rdma(rs) = &mut s else { panic!("rdma") };
+    rs.fail_queue_pair();
+    let e = stream(&mut s, &mut r, 4, 64).expect_err("errored");
+    assert_eq!(e.context().peer, Some(1), "{e}");
+    assert!(e.to_string().contains("flushed"), "{e}");
+    drop(s);
+    let t = Instant::now();
+    let e = loop {
+        match r.peek() {
+            Err(e) => break e,
+            Ok(_) if t.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(_) => panic!("the receiver never saw its sender go"),
+        }
+    };
+    assert_eq!(e.context().peer, Some(0), "{e}");
+    assert!(matches!(e.kind(), ErrorKind::PeerLost { rank: 0, .. }), "{e}");
+}
+
+#[test]
+fn a_corrupted_rkey_fails_both_ends_naming_each_other() {
+    let (_a, _b, mut s, mut r) = conns(Geometry { nslots: 2, slot_bytes: 1024 });
+    stream(&mut s, &mut r, 4, 64).expect("connected");
+    let SendConn::Rdma(rs) = &mut s else { panic!("rdma") };
+    rs.corrupt_rkey();
+    let t = Instant::now();
+    let e = loop {
+        let step = s.reserve(64, false).map(|p| p.map(|_| s.post(64, &[0; 4]))).and_then(|_| s.flush());
+        match step {
+            Err(e) => break e,
+            Ok(()) if t.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(1)),
+            Ok(()) => panic!("the write was never refused"),
+        }
+    };
+    assert!(e.to_string().contains("remote access error"), "{e}");
+    assert_eq!(e.context().peer, Some(1), "{e}");
+    let t = Instant::now();
+    let er = loop {
+        match r.peek() {
+            Err(e) => break e,
+            Ok(_) if t.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(_) => panic!("the receiver never erred"),
+        }
+    };
+    assert_eq!(er.context().peer, Some(0), "{er}");
+}
