@@ -3,7 +3,7 @@
 #   scripts/deps.sh build   compiler, pkg-config, OpenSSL headers (libssh2 for cclrun's SSH)
 #   scripts/deps.sh test    + sshd and iproute2 (namespace cluster tests), Open MPI and
 #                           libclang (mpirun tests, the `mpi` feature), Gloo (ccl-perf's
-#                           `gloo` feature)
+#                           `gloo` feature), libibverbs' headers (the `rdma` feature)
 #   scripts/deps.sh cuda    NVRTC and the CUDA headers from PyPI's nvidia-cuda-nvrtc-cu12 and
 #                           nvidia-cuda-runtime-cu12 wheels into .cache/cuda (no GPU or driver
 #                           needed), then prints the variables that point ccl at them
@@ -29,7 +29,7 @@ if [ "${1:-}" = cuda ]; then
 fi
 want=(build-essential pkg-config libssl-dev)
 if [ "${1:-build}" = test ]; then
-    want+=(openssh-server openssh-client iproute2 openmpi-bin libopenmpi-dev libclang-dev libgloo-dev)
+    want+=(openssh-server openssh-client iproute2 openmpi-bin libopenmpi-dev libclang-dev libgloo-dev libibverbs-dev)
 fi
 missing=()
 for p in "${want[@]}"; do

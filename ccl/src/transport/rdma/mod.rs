@@ -15,8 +15,11 @@
 //! The two ends meet over a TCP pair of their own, authenticated as every
 //! TCP connection of the job is (`setup`): queue pairs, addresses and
 //! rkeys never travel in the clear. The verbs come from a provider
-//! ([`verbs`]): the software one ([`soft`], `CCL_IB_SOFT=1`).
+//! ([`verbs`]): the software one ([`soft`], `CCL_IB_SOFT=1`), or
+//! libibverbs, loaded at run time (`ibv`, feature `rdma`).
 
+#[cfg(feature = "rdma")]
+pub mod ibv;
 pub mod mem;
 pub mod recv;
 pub mod send;
@@ -137,6 +140,9 @@ pub fn open(config: &Config, ip: std::net::IpAddr) -> std::result::Result<Arc<dy
         let retry = config.timeout.min(Duration::from_secs(8));
         return soft::SoftDevice::open(ip, retry).map(|d| Arc::new(d) as Arc<dyn Device>).map_err(|e| e.to_string());
     }
+    #[cfg(feature = "rdma")]
+    return ibv::open(&config.ib_hca, config.ib_gid_index).map(|d| Arc::new(d) as Arc<dyn Device>);
+    #[cfg(not(feature = "rdma"))]
     Err("no RDMA provider: built without feature `rdma` (CCL_IB_SOFT=1 uses the software one)".into())
 }
 
