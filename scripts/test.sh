@@ -33,6 +33,9 @@ cargo test -p ccl-integration --features mpi --test mpi_feature
 # ccl-perf with --backend gloo (Debian's libgloo-dev), then its test
 cargo build -p ccl-examples --features gloo --bin ccl-perf
 cargo test -p ccl-integration --features gloo --test gloo_feature
+# the libibverbs provider: built, linted, and its unit tests (no device here: it finds none)
+cargo clippy -p ccl --features rdma --all-targets -q -- -D warnings
+cargo test -p ccl --features rdma --lib transport::rdma
 # the CUDA kernels, and the kernels of derived structs, through NVRTC for
 # sm_80 and sm_90 (no GPU needed); the GPU path's host side on emulated GPUs
 # runs in `cargo test --workspace` above

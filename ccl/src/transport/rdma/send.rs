@@ -179,6 +179,10 @@ impl SendVerbs for RdmaSend {
         self.progress()
     }
 
+    fn announce_lost(&mut self, lost: usize) {
+        self.setup.announce_lost(lost);
+    }
+
     fn staging_memory(&self) -> Option<(*mut u8, usize)> {
         Some((self.ring.ptr(), self.ring.len()))
     }

@@ -118,6 +118,12 @@ impl Setup {
         h.map(Some).ok_or_else(|| Error::transport(format!("rdma: a setup message of {len} bytes that is no hello")))
     }
 
+    /// Tells the peer, as this end's last word, that endpoint `lost` is
+    /// gone (the reason this rank fails): its `alive` then names `lost`.
+    pub(super) fn announce_lost(&mut self, lost: usize) {
+        self.tx.announce_lost(lost);
+    }
+
     /// `Err` once the peer is gone (its end of the pair closed); looked at
     /// no more often than every `CHECK_EVERY`.
     pub(super) fn alive(&mut self) -> Result<()> {
