@@ -36,6 +36,15 @@ cargo test -p ccl-integration --features gloo --test gloo_feature
 # the libibverbs provider: built, linted, and its unit tests (no device here: it finds none)
 cargo clippy -p ccl --features rdma --all-targets -q -- -D warnings
 cargo test -p ccl --features rdma --lib transport::rdma
+# the RDMA check script skips (exit 2) without its binaries or rdma_rxe
+set +e
+rdma=$(integration/rdma/check.sh 2>&1)
+rc=$?
+set -e
+if [ "$rc" -ne 0 ] && { [ "$rc" -ne 2 ] || ! grep -q "SKIPPED" <<<"$rdma"; }; then
+    echo "RDMA check: unexpected exit $rc: $rdma" >&2
+    exit 1
+fi
 # the CUDA kernels, and the kernels of derived structs, through NVRTC for
 # sm_80 and sm_90 (no GPU needed); the GPU path's host side on emulated GPUs
 # runs in `cargo test --workspace` above
