@@ -209,6 +209,9 @@ fn adversary_suite() {
     for ranks in [2, 4] {
         s.job("rendezvous and listeners flooded (tcp)", ranks, &[], &tcp, Want::Unharmed(ranks), 40);
     }
+    // the software RDMA devices listen too
+    let soft = ["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_IB_SOFT=1", FAULT, "check", "100000", "split"];
+    s.job("listeners flooded (soft rdma)", 4, &[], &soft, Want::Unharmed(4), 40);
     let _ = flood.wait();
     let held = std::io::read_to_string(flood.stdout.take().expect("stdout")).unwrap_or_default();
     println!("adversary: {}", held.trim());
@@ -221,6 +224,7 @@ fn adversary_suite() {
         let name = format!("connections churned by 2 ({})", if x.ends_with('1') { "tcp" } else { "shm" });
         s.job(&name, ranks, &[], &["-x", x, FAULT, "check", "100000", "split"], Want::Unharmed(ranks), 60);
     }
+    s.job("connections churned by 2 (soft rdma)", 4, &[], &soft, Want::Unharmed(4), 60);
     for mut a in churn {
         drop(a.stdin.take()); // the end of its input ends it
         let _ = a.wait();

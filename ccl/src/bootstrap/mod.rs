@@ -76,12 +76,18 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let ip = tcp_ip(&config, &env.id).map_err(at)?;
     let listener = Tcp::listen(ip).map_err(at)?;
     let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;
+    let info = config.debug >= crate::config::LogLevel::Info;
+    let dev = rdma::open(&config, ip);
+    if let (Err(why), true) = (&dev, info) {
+        eprintln!("ccl INFO rank {}: no RDMA ({why}): TCP between hosts", env.rank);
+    }
     let me = PeerInfo {
         rank: env.rank,
         host: hostid::host_id(),
         pid: std::process::id(),
         addr: addr.to_string(),
         machine: hostid::machine_id(),
+        rdma: dev.as_ref().map_or("", |d| d.link_layer().tag()).into(),
     };
     let table = join(&env.id, &me, env.size, config.timeout).map_err(at)?;
     let hosts_ids: Vec<String> = table.iter().map(|p| p.host.clone()).collect();
@@ -103,13 +109,9 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .patience(config.timeout);
     let tcp = Arc::new(tcp);
     let mut list: Vec<Arc<dyn Transport>> = vec![Arc::new(shm)];
-    let info = config.debug >= crate::config::LogLevel::Info;
-    match rdma::open(&config, ip) {
-        Ok(dev) => {
-            list.push(Arc::new(Rdma::new(env.rank, dev, Arc::clone(&tcp), hosts, info).map_err(at)?));
-        }
-        Err(why) if info => eprintln!("ccl INFO rank {}: no RDMA ({why}): TCP between hosts", env.rank),
-        Err(_) => {}
+    if let Ok(dev) = dev {
+        let ports = table.iter().map(|p| rdma::verbs::LinkLayer::from_tag(&p.rdma)).collect();
+        list.push(Arc::new(Rdma::new(env.rank, dev, Arc::clone(&tcp), hosts, ports, info).map_err(at)?));
     }
     list.push(tcp);
     let registry = Registry::new(list)?

@@ -26,6 +26,8 @@ pub struct PeerInfo {
     /// The machine (hostname and boot id, whatever `CCL_HOSTID` says):
     /// ranks on one machine share its cores.
     pub machine: String,
+    /// Its RDMA port's link layer (`ib`, `eth`), empty where it has none.
+    pub rdma: String,
 }
 
 /// Ranks a table may hold.
@@ -62,13 +64,13 @@ impl admit::Waiting for Handshake {
 }
 
 fn encode(e: &mut Enc, p: &PeerInfo) {
-    e.u64(p.rank as u64).u64(u64::from(p.pid)).str(&p.host).str(&p.addr).str(&p.machine);
+    e.u64(p.rank as u64).u64(u64::from(p.pid)).str(&p.host).str(&p.addr).str(&p.machine).str(&p.rdma);
 }
 
 fn decode(d: &mut Dec) -> Result<PeerInfo> {
     let rank = d.bounded(MAX_RANKS)?;
     let pid = u32::try_from(d.u64()?).map_err(|_| Error::transport("pid out of range"))?;
-    Ok(PeerInfo { rank, pid, host: d.str()?, addr: d.str()?, machine: d.str()? })
+    Ok(PeerInfo { rank, pid, host: d.str()?, addr: d.str()?, machine: d.str()?, rdma: d.str()? })
 }
 
 /// Decodes a rank's hello (world size and its [`PeerInfo`]); malformed
@@ -294,7 +296,7 @@ mod tests {
         let server = std::thread::spawn(move || rv.serve(Duration::from_secs(20)));
         // an impostor with the right address but a wrong secret
         let fake = UniqueId::parse(&format!("ccl1@{}#{}", id.addr, "00".repeat(16))).expect("fake");
-        let me = PeerInfo { rank: 0, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into() };
+        let me = PeerInfo { rank: 0, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into(), rdma: String::new() };
         let e = join(&fake, &me, 3, Duration::from_secs(1)).expect_err("no secret").to_string();
         assert!(e.contains("cannot join the rendezvous") && e.contains("tries"), "{e}");
         // garbage bytes
@@ -312,6 +314,7 @@ mod tests {
                         pid: 100 + r as u32,
                         addr: String::new(),
                         machine: "m".into(),
+                        rdma: String::new(),
                     };
                     join(&id, &me, 3, Duration::from_secs(20))
                 })
@@ -340,7 +343,7 @@ mod tests {
             .map(|r| {
                 let id = id.clone();
                 std::thread::spawn(move || {
-                    let me = PeerInfo { rank: r, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into() };
+                    let me = PeerInfo { rank: r, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into(), rdma: String::new() };
                     // well within what the idle ones would have taken one by one
                     join(&id, &me, 2, Duration::from_secs(20))
                 })
@@ -394,7 +397,7 @@ mod tests {
             .map(|r| {
                 let id = id.clone();
                 std::thread::spawn(move || {
-                    let me = PeerInfo { rank: r, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into() };
+                    let me = PeerInfo { rank: r, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into(), rdma: String::new() };
                     join(&id, &me, 4, Duration::from_secs(30))
                 })
             })
@@ -412,7 +415,7 @@ mod tests {
         let rv = Rendezvous::bind("127.0.0.1:0".parse().expect("addr"), 2).expect("bind");
         let id = rv.id().clone();
         let server = std::thread::spawn(move || rv.serve(Duration::from_secs(2)));
-        let me = PeerInfo { rank: 0, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into() };
+        let me = PeerInfo { rank: 0, host: "h".into(), pid: 1, addr: String::new(), machine: "m".into(), rdma: String::new() };
         let e = join(&id, &me, 2, Duration::from_secs(1)).expect_err("rank 1 never comes").to_string();
         assert!(e.contains("timed out after") && e.contains("rendezvous"), "{e}");
         assert!(!e.contains("os error"), "{e}");

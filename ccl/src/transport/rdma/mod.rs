@@ -127,6 +127,8 @@ impl Link {
 pub struct Rdma {
     shared: Arc<Shared>,
     tcp: Arc<Tcp>,
+    /// Every endpoint's RDMA port's link layer (none: it has none).
+    ports: Vec<Option<LinkLayer>>,
     bell: Doorbell,
 }
 
@@ -148,12 +150,39 @@ pub fn open(config: &Config, ip: std::net::IpAddr) -> std::result::Result<Arc<dy
 
 impl Rdma {
     /// The transport of endpoint `me` over `dev`, meeting peers over `tcp`;
-    /// `hosts` names every endpoint's host.
-    pub fn new(me: usize, dev: Arc<dyn Device>, tcp: Arc<Tcp>, hosts: Arc<[String]>, info: bool) -> Result<Self> {
+    /// `hosts` names every endpoint's host, `ports` its RDMA port's link
+    /// layer (none: the transport does not connect it).
+    pub fn new(
+        me: usize,
+        dev: Arc<dyn Device>,
+        tcp: Arc<Tcp>,
+        hosts: Arc<[String]>,
+        ports: Vec<Option<LinkLayer>>,
+        info: bool,
+    ) -> Result<Self> {
         let link = dev.link_layer();
         let dev_name = dev.name();
+        if info {
+            let gdr = if std::path::Path::new("/sys/module/nvidia_peermem").exists() {
+                "nvidia-peermem is loaded, but device memory is not registered yet"
+            } else {
+                "nvidia-peermem is not loaded"
+            };
+            eprintln!("ccl INFO rank {me}: rdma {dev_name}: GPU buffers are staged through host memory ({gdr})");
+        }
+        if info {
+            let other: Vec<String> = ports
+                .iter()
+                .enumerate()
+                .filter(|&(r, p)| r != me && *p != Some(link))
+                .map(|(r, p)| format!("{r} ({})", p.map_or("no RDMA port", |_| "another link layer")))
+                .collect();
+            if !other.is_empty() {
+                eprintln!("ccl INFO rank {me}: TCP, not RDMA, to ranks {}", other.join(", "));
+            }
+        }
         let shared = Arc::new(Shared { me, dev, dev_name, link, hosts, info, watched: Mutex::default() });
-        Ok(Rdma { shared, tcp, bell: Doorbell::new() })
+        Ok(Rdma { shared, tcp, ports, bell: Doorbell::new() })
     }
 
     fn link(&self, peer: usize) -> Link {
@@ -167,7 +196,8 @@ impl Transport for Rdma {
     }
 
     fn can_connect(&self, from: usize, to: usize) -> bool {
-        self.tcp.can_connect(from, to)
+        let port = |r: usize| self.ports.get(r).copied().flatten();
+        self.tcp.can_connect(from, to) && port(from).is_some() && port(from) == port(to)
     }
 
     fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {

@@ -17,7 +17,8 @@ fn pair() -> (Rdma, Rdma) {
         let tcp = Arc::new(Tcp::new(me, [3; 16], l, vec![at0, at1], 1, false));
         let dev: Arc<dyn Device> =
             Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2)).expect("device"));
-        Rdma::new(me, dev, tcp, Arc::clone(&hosts), false).expect("rdma")
+        let ports = vec![Some(LinkLayer::Ethernet); 2];
+        Rdma::new(me, dev, tcp, Arc::clone(&hosts), ports, false).expect("rdma")
     });
     let [a, b] = ends;
     (a, b)
@@ -131,4 +132,19 @@ fn a_corrupted_rkey_fails_both_ends_naming_each_other() {
         }
     };
     assert_eq!(er.context().peer, Some(0), "{er}");
+}
+
+#[test]
+fn ranks_without_a_port_or_with_another_link_layer_are_left_to_tcp() {
+    let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+    let at = l.local_addr().expect("addr");
+    let tcp = Arc::new(Tcp::new(0, [3; 16], l, vec![at; 4], 1, false));
+    let dev: Arc<dyn Device> =
+        Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2)).expect("device"));
+    let hosts: Arc<[String]> = (0..4).map(|h| format!("h{h}")).collect();
+    let ports = vec![Some(LinkLayer::Ethernet), None, Some(LinkLayer::Infiniband), Some(LinkLayer::Ethernet)];
+    let r = Rdma::new(0, dev, tcp, hosts, ports, false).expect("rdma");
+    assert!(r.can_connect(0, 3) && r.can_connect(3, 0));
+    assert!(!r.can_connect(0, 1) && !r.can_connect(1, 0), "no port there");
+    assert!(!r.can_connect(0, 2), "InfiniBand and RoCE do not meet");
 }

@@ -19,6 +19,25 @@ pub enum LinkLayer {
     Ethernet,
 }
 
+impl LinkLayer {
+    /// Its name in the bootstrap's table of ranks.
+    pub fn tag(self) -> &'static str {
+        match self {
+            LinkLayer::Infiniband => "ib",
+            LinkLayer::Ethernet => "eth",
+        }
+    }
+
+    /// The link layer `tag` names, if any.
+    pub fn from_tag(tag: &str) -> Option<Self> {
+        match tag {
+            "ib" => Some(LinkLayer::Infiniband),
+            "eth" => Some(LinkLayer::Ethernet),
+            _ => None,
+        }
+    }
+}
+
 /// What a queue pair's peer needs to connect to it, and to tell which
 /// queue pair it reached: sent over the authenticated bootstrap, never in
 /// the clear.

@@ -28,8 +28,9 @@ use super::verbs::{Device, LinkLayer, Mr, QueuePair};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ const INTRO: usize = 8 + 4 + 16;
 const MAGIC: &[u8; 8] = b"cclsoft1";
 /// How long a new connection may take to introduce itself.
 const INTRO_WAIT: Duration = Duration::from_secs(2);
-/// Connections being introduced at once; more are closed unread.
+/// Connections being introduced at once; a newcomer beyond pushes out the oldest.
 const INTRODUCING: usize = 64;
 
 /// A registered region, alive until deregistered: a writer holds `live`
@@ -65,7 +66,6 @@ struct Dev {
     qps: Mutex<HashMap<u32, Weak<qp::Shared>>>,
     next_qpn: AtomicU32,
     retry: Duration,
-    introducing: AtomicUsize,
     stop: AtomicBool,
 }
 
@@ -96,7 +96,6 @@ impl SoftDevice {
             qps: Mutex::default(),
             next_qpn: AtomicU32::new(rand::random::<u32>() & 0xff_ffff),
             retry,
-            introducing: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
         });
         let d = Arc::downgrade(&dev);
@@ -105,6 +104,12 @@ impl SoftDevice {
             .spawn(move || accept(&listener, &d))
             .map_err(|e| Error::transport(format!("soft rdma device thread: {e}")))?;
         Ok(SoftDevice { dev })
+    }
+
+    /// The address its queue pairs are reached at.
+    #[cfg(test)]
+    fn addr(&self) -> SocketAddr {
+        self.dev.addr
     }
 }
 
@@ -156,56 +161,74 @@ impl Device for SoftDevice {
     }
 }
 
-/// Takes connections to the device until it is dropped; each introduces
-/// itself on a thread of its own (at most `INTRODUCING` at once).
+/// A connection accepted and not yet introduced: when, and its bytes so far.
+struct Pending {
+    stream: TcpStream,
+    since: std::time::Instant,
+    got: Vec<u8>,
+}
+
+/// Takes connections to the device until it is dropped, reading each
+/// one's introduction without blocking. At most `INTRODUCING` wait at
+/// once, the oldest pushed out by a newcomer, and none longer than
+/// `INTRO_WAIT`: a queue pair's own connection introduces itself as it
+/// opens, so strangers that flood the listener with idle connections
+/// push out only each other.
 fn accept(l: &TcpListener, dev: &Weak<Dev>) {
+    let mut pending: Vec<Pending> = Vec::new();
     loop {
         let Some(d) = dev.upgrade() else { return };
         if d.stop.load(Ordering::Relaxed) {
             return;
         }
-        match l.accept() {
-            Ok((s, _)) if d.introducing.load(Ordering::Relaxed) < INTRODUCING => {
-                d.introducing.fetch_add(1, Ordering::Relaxed);
-                let d = Arc::clone(&d);
-                let spawned = std::thread::Builder::new().name("ccl-soft-intro".into()).spawn({
-                    let d = Arc::clone(&d);
-                    move || {
-                        introduce(s, &d);
-                        d.introducing.fetch_sub(1, Ordering::Relaxed);
-                    }
-                });
-                if spawned.is_err() {
-                    d.introducing.fetch_sub(1, Ordering::Relaxed);
-                }
+        while let Ok((s, _)) = l.accept() {
+            if s.set_nonblocking(true).is_err() {
+                continue;
             }
-            Ok(_) => {} // too many at once: closed unread
-            Err(_) => {
-                drop(d);
-                let mut fd = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(l), events: libc::POLLIN, revents: 0 };
-                // SAFETY: one valid pollfd for the call's duration.
-                unsafe { libc::poll(&mut fd, 1, 200) };
+            if pending.len() >= INTRODUCING {
+                pending.remove(0); // the oldest
             }
+            pending.push(Pending { stream: s, since: std::time::Instant::now(), got: Vec::with_capacity(INTRO) });
         }
+        pending.retain_mut(|p| {
+            let mut b = [0u8; INTRO];
+            let want = INTRO - p.got.len();
+            match p.stream.read(&mut b[..want]) {
+                Ok(0) => false,
+                Ok(n) => {
+                    p.got.extend_from_slice(&b[..n]);
+                    if p.got.len() < INTRO {
+                        return true;
+                    }
+                    if let Ok(s) = p.stream.try_clone() {
+                        introduce(s, &p.got, &d);
+                    }
+                    false
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => p.since.elapsed() < INTRO_WAIT,
+                Err(_) => false,
+            }
+        });
+        drop(d);
+        let mut fds: Vec<libc::pollfd> = std::iter::once(l.as_raw_fd())
+            .chain(pending.iter().map(|p| p.stream.as_raw_fd()))
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+            .collect();
+        // SAFETY: `fds` is a valid array of pollfd for the call's duration.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
     }
 }
 
-/// Reads a connection's introduction and hands it to the queue pair it
+/// Hands a connection whose introduction is `intro` to the queue pair it
 /// proves it may reach; anything else closes it.
-fn introduce(mut s: TcpStream, dev: &Dev) {
-    let mut intro = [0u8; INTRO];
-    let ok = s.set_nonblocking(false).is_ok()
-        && s.set_read_timeout(Some(INTRO_WAIT)).is_ok()
-        && s.read_exact(&mut intro).is_ok()
-        && &intro[..8] == MAGIC;
-    if !ok {
+fn introduce(s: TcpStream, intro: &[u8], dev: &Dev) {
+    if &intro[..8] != MAGIC || s.set_nonblocking(false).is_err() {
         return;
     }
     let qpn = u32::from_le_bytes(intro[8..12].try_into().unwrap_or_default());
     let token: [u8; 16] = intro[12..].try_into().unwrap_or_default();
     let q = dev.qps.lock().ok().and_then(|m| m.get(&qpn).and_then(Weak::upgrade));
     if let Some(q) = q {
-        let _ = s.set_read_timeout(None);
         q.attach_incoming(s, &token);
     }
 }

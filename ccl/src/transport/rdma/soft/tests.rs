@@ -223,3 +223,28 @@ fn the_completion_channel_becomes_readable_when_a_completion_arrives() {
     assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0, "armed again: quiet until the next");
     assert_eq!(dst, src);
 }
+
+#[test]
+fn idle_strangers_flooding_a_device_keep_no_queue_pair_from_its_peer() {
+    let (da, db) = (device(2000), device(2000));
+    let idle: Vec<std::net::TcpStream> =
+        (0..3 * INTRODUCING).filter_map(|_| std::net::TcpStream::connect(db.addr()).ok()).collect();
+    assert!(idle.len() > INTRODUCING, "{} connected", idle.len());
+    let (mut a, mut b) = (da.queue_pair(4).expect("qp"), db.queue_pair(4).expect("qp"));
+    let (ia, ib) = (a.info(), b.info());
+    a.connect(&ib).expect("connect a");
+    b.connect(&ia).expect("connect b");
+    let mut src = vec![9u8; 64];
+    let mut dst = vec![0u8; 64];
+    // SAFETY: both vectors outlive their registrations.
+    let (ms, md) = unsafe { (da.register(src.as_mut_ptr(), 64).expect("reg"), db.register(dst.as_mut_ptr(), 64).expect("reg")) };
+    b.post_recv(1).expect("recv");
+    // SAFETY: `src` stays registered until the completion.
+    unsafe { a.post_write(1, &[sge(&ms, 0, 64)], remote(&md, 0), Some(3), true).expect("write") };
+    assert_eq!(wait(&mut a, 1)[0].status, Status::Success);
+    assert_eq!(wait(&mut b, 1)[0].done, Done::Recv { imm: 3, len: 64 });
+    assert_eq!(dst, src);
+    drop(idle);
+    da.deregister(&ms);
+    db.deregister(&md);
+}
