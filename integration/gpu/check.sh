@@ -11,7 +11,7 @@
 #     every type and operator) against a host reference on fresh random data,
 #     outputs poisoned; device-to-device copy bandwidth (the ceiling).
 #  2. gpu_matrix under cclrun with 1, 2 and 4 ranks sharing GPU 0 (CUDA IPC
-#     between the processes), 2 ranks staged over tcp and 2 whose calls all go
+#     between the processes), 2 ranks staged over tcp and over soft RDMA, 2 whose calls all go
 #     through the proxy thread (CCL_GPU_PROXY=1): every blocking
 #     collective × types × counts on device buffers against the host reference;
 #     then collectives captured into CUDA graphs and replayed (2 ranks), and
@@ -94,6 +94,7 @@ matrix "1 rank" -np 1
 matrix "2 ranks (IPC)" -np 2
 matrix "4 ranks (IPC)" -np 4
 matrix "2 ranks (tcp staged)" -np 2 -x CCL_SHM_DISABLE=1
+matrix "2 ranks (soft rdma staged)" -np 2 -x CCL_SHM_DISABLE=1 -x CCL_IB_SOFT=1
 matrix "2 ranks (IPC, proxied)" -np 2 -x CCL_GPU_PROXY=1
 MATRIX_ARGS=--graphs matrix "graphs, 2 ranks (IPC)" -np 2
 # the fallback for GPUs whose streams cannot wait on memory: flags polled by kernels
