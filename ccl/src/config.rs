@@ -273,6 +273,8 @@ knobs! {
     ib_hca: String = String::new(), "CCL_IB_HCA", "";
     /// GID index of RoCE ports (feature `rdma`); auto: the first RoCE v2 GID of an IPv4 address, else the first RoCE v2 one, else the first valid one.
     ib_gid_index: Option<usize> = None, "CCL_IB_GID_INDEX", "auto";
+    /// Queue pairs per RDMA connection (1-16): its messages are dealt to them in turn.
+    ib_qps_per_connection: usize = 1, "CCL_IB_QPS_PER_CONNECTION", "1";
     /// 1: a CRC32 of every TCP payload is sent and checked, so corruption on a link is an error.
     checksum: bool = false, "CCL_CHECKSUM", "0";
     /// Network bandwidth between hosts in Mbit/s for the cost model; 0 measures it at start-up.
@@ -396,6 +398,9 @@ impl Config {
         }
         if let Some(s) = self.gpu_slot.filter(|s| !s.is_multiple_of(64) || !(64..=1 << 30).contains(s)) {
             return bad("CCL_GPU_SLOT", s.to_string(), "expected a multiple of 64 bytes ..= 1 GiB, or auto");
+        }
+        if !(1..=16).contains(&self.ib_qps_per_connection) {
+            return bad("CCL_IB_QPS_PER_CONNECTION", self.ib_qps_per_connection.to_string(), "expected 1..=16");
         }
         if self.sockets_per_peer == 0 || self.sockets_per_peer > 64 {
             return bad("CCL_SOCKETS_PER_PEER", self.sockets_per_peer.to_string(), "expected 1..=64");

@@ -58,6 +58,8 @@ fn matrix_over_soft_rdma_2_to_8_ranks_and_channels() {
     matrix(3, &[&SOFT_RDMA[..], &["-x", "CCL_TEST_LARGE=1", "-x", "CCL_NCHANNELS=2"]].concat());
     // small slots: many messages wait for credits
     matrix(2, &[&SOFT_RDMA[..], &["-x", "CCL_TEST_LARGE=1", "-x", "CCL_BUFFSIZE=8K"]].concat());
+    // each connection over 3 queue pairs
+    matrix(3, &[&SOFT_RDMA[..], &["-x", "CCL_TEST_LARGE=1", "-x", "CCL_IB_QPS_PER_CONNECTION=3"]].concat());
 }
 
 #[test]

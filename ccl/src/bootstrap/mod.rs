@@ -111,7 +111,8 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let mut list: Vec<Arc<dyn Transport>> = vec![Arc::new(shm)];
     if let Ok(dev) = dev {
         let ports = table.iter().map(|p| rdma::verbs::LinkLayer::from_tag(&p.rdma)).collect();
-        list.push(Arc::new(Rdma::new(env.rank, dev, Arc::clone(&tcp), hosts, ports, info).map_err(at)?));
+        let rdma = Rdma::new(env.rank, dev, Arc::clone(&tcp), hosts, ports, info).map_err(at)?;
+        list.push(Arc::new(rdma.queue_pairs(config.ib_qps_per_connection)));
     }
     list.push(tcp);
     let registry = Registry::new(list)?

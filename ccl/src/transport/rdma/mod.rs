@@ -21,6 +21,7 @@
 #[cfg(feature = "rdma")]
 pub mod ibv;
 pub mod mem;
+mod qps;
 pub mod recv;
 pub mod send;
 mod setup;
@@ -129,6 +130,8 @@ pub struct Rdma {
     tcp: Arc<Tcp>,
     /// Every endpoint's RDMA port's link layer (none: it has none).
     ports: Vec<Option<LinkLayer>>,
+    /// Queue pairs per connection.
+    qps: usize,
     bell: Doorbell,
 }
 
@@ -182,7 +185,13 @@ impl Rdma {
             }
         }
         let shared = Arc::new(Shared { me, dev, dev_name, link, hosts, info, watched: Mutex::default() });
-        Ok(Rdma { shared, tcp, ports, bell: Doorbell::new() })
+        Ok(Rdma { shared, tcp, ports, qps: 1, bell: Doorbell::new() })
+    }
+
+    /// Spreads each connection over `k` queue pairs (1 ..= 16).
+    pub fn queue_pairs(mut self, k: usize) -> Self {
+        self.qps = k.clamp(1, setup::MAX_QPS);
+        self
     }
 
     fn link(&self, peer: usize) -> Link {
@@ -202,16 +211,16 @@ impl Transport for Rdma {
 
     fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {
         let setup = setup::Setup::open(&self.tcp, key, true)?;
-        let nslots = ring.nslots.max(MIN_SLOTS);
-        let qp = self.shared.dev.queue_pair(nslots + EXTRA_DEPTH)?;
-        Ok(RdmaSend::new(self.link(key.to), qp, setup, nslots, ring.slot_bytes)?.into())
+        let (link, nslots) = (self.link(key.to), ring.nslots.max(MIN_SLOTS));
+        let qps = qps::Qps::new(&link, self.qps, nslots.div_ceil(self.qps) + EXTRA_DEPTH)?;
+        Ok(RdmaSend::new(link, qps, setup, nslots, ring.slot_bytes)?.into())
     }
 
     fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn> {
         let setup = setup::Setup::open(&self.tcp, key, false)?;
-        let nslots = ring.nslots.max(MIN_SLOTS);
-        let qp = self.shared.dev.queue_pair(nslots + EXTRA_DEPTH)?;
-        Ok(RdmaRecv::new(self.link(key.from), qp, setup, nslots, ring.slot_bytes)?.into())
+        let (link, nslots) = (self.link(key.from), ring.nslots.max(MIN_SLOTS));
+        let qps = qps::Qps::new(&link, self.qps, nslots.div_ceil(self.qps) + EXTRA_DEPTH)?;
+        Ok(RdmaRecv::new(link, qps, setup, nslots, ring.slot_bytes)?.into())
     }
 
     fn bell(&self) -> &Doorbell {

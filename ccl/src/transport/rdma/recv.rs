@@ -4,21 +4,20 @@
 //! by small writes into its credit word, batched.
 
 use super::mem::Registered;
+use super::qps::Qps;
 use super::setup::{Hello, Setup};
-use super::verbs::{Completion, Done, QueuePair, Remote, Sge, Status};
-use super::{Link, Watch, FP};
+use super::verbs::{Completion, Done, Remote, Sge, Status};
+use super::{Link, FP};
 use crate::error::{Error, Result};
 use crate::transport::{Offers, RecvVerbs};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// Credit writes in flight at most (each reads a word of its own).
 const CREDIT_WORDS: usize = 8;
 
 /// The receiving end.
 pub struct RdmaRecv {
-    qp: Box<dyn QueuePair>,
+    qps: Qps,
     link: Link,
     setup: Box<Setup>,
     ring: Registered,
@@ -30,31 +29,39 @@ pub struct RdmaRecv {
     stride: usize,
     /// The sender's credit word, once it has spoken.
     credit_at: Option<Remote>,
-    /// Messages arrived, freed, and freed as the sender last heard.
+    /// Messages arrived, freed (every one before the next to hand out),
+    /// and freed as the sender last heard.
     arrived: u64,
     released: u64,
     reported: u64,
+    /// The message each queue pair carries next (queue pair `j` carries
+    /// `j`, `j + k`, ...).
+    next: Vec<u64>,
     /// Credit writes posted and completed.
     credit_posted: u64,
     credit_done: u64,
-    /// Arrived messages not yet freed: slot, bytes, fingerprint.
-    ready: VecDeque<(usize, usize, [u64; 4])>,
+    /// Each slot's arrived message, until freed: bytes, fingerprint.
+    landed: Vec<Option<(usize, [u64; 4])>>,
     err: Option<Error>,
-    comps: Vec<Completion>,
-    _watch: Arc<Watch>,
+    comps: Vec<(usize, Completion)>,
 }
 
 impl RdmaRecv {
-    pub(super) fn new(link: Link, mut qp: Box<dyn QueuePair>, setup: Setup, nslots: usize, slot_bytes: usize) -> Result<Self> {
+    pub(super) fn new(link: Link, mut qps: Qps, setup: Setup, nslots: usize, slot_bytes: usize) -> Result<Self> {
         let stride = (slot_bytes + FP).next_multiple_of(64);
         let ring = Registered::new(&link.dev, nslots * stride)?;
         let words = Registered::new(&link.dev, CREDIT_WORDS * 8)?;
-        for i in 0..nslots {
-            qp.post_recv(i as u64)?;
+        // a queue pair carries at most every k-th of the slots' messages
+        let k = qps.len();
+        for j in 0..k {
+            for i in 0..nslots.div_ceil(k) {
+                qps.of(j as u64).post_recv(i as u64)?;
+            }
         }
-        let watch = link.watch(qp.fd());
         Ok(RdmaRecv {
-            qp,
+            next: (0..k as u64).collect(),
+            landed: vec![None; nslots],
+            qps,
             link,
             setup: Box::new(setup),
             ring,
@@ -68,10 +75,8 @@ impl RdmaRecv {
             reported: 0,
             credit_posted: 0,
             credit_done: 0,
-            ready: VecDeque::new(),
             err: None,
             comps: Vec::new(),
-            _watch: watch,
         })
     }
 
@@ -92,28 +97,24 @@ impl RdmaRecv {
                 let why = format!("rdma: the sender cut its slots {}x{} B, this end {}x{} B", h.nslots, h.stride, self.nslots, self.stride);
                 return Err(self.fail(Error::transport(why)));
             }
-            self.link.check_peer(&h.qp).map_err(|e| self.fail(e))?;
-            self.qp.connect(&h.qp).map_err(|e| self.fail(e))?;
+            self.qps.connect(&self.link, &h.qps).map_err(|e| self.fail(e))?;
             let at = Remote { addr: self.ring.mr().addr as u64, rkey: self.ring.mr().rkey };
-            let me = Hello { qp: self.qp.info(), at, nslots: self.nslots as u32, stride: self.stride as u32 };
+            let me = Hello { qps: self.qps.infos(), at, nslots: self.nslots as u32, stride: self.stride as u32 };
             self.setup.say(&me).map_err(|e| self.fail(e))?;
             self.link.connected("recv");
             self.credit_at = Some(h.at);
         }
         self.comps.clear();
-        self.qp.poll(&mut self.comps, 64).map_err(|e| self.fail(e))?;
-        if self.comps.is_empty() {
-            self.qp.arm().map_err(|e| self.fail(e))?;
-            self.qp.poll(&mut self.comps, 64).map_err(|e| self.fail(e))?;
-        }
+        self.qps.poll(&mut self.comps).map_err(|e| self.fail(e))?;
         for i in 0..self.comps.len() {
-            let c = self.comps[i];
-            self.complete(c)?;
+            let (j, c) = self.comps[i];
+            self.complete(j, c)?;
         }
         self.report()
     }
 
-    fn complete(&mut self, c: Completion) -> Result<()> {
+    /// Takes completion `c` of queue pair `j`.
+    fn complete(&mut self, j: usize, c: Completion) -> Result<()> {
         if c.status != Status::Success {
             return Err(self.fail(self.link.failed(c.status)));
         }
@@ -122,16 +123,16 @@ impl RdmaRecv {
             return Ok(());
         };
         let len = len as usize;
-        if imm != self.arrived as u32 || len < FP || len - FP > self.slot_bytes {
+        let due = self.next[j];
+        if imm != due as u32 || len < FP || len - FP > self.slot_bytes {
             let why = format!(
                 "rdma: message {imm} of {len} B arrived where message {} (at most {} B) was due: late, duplicated or \
                  forged",
-                self.arrived as u32,
-                self.slot_bytes
+                due as u32, self.slot_bytes
             );
             return Err(self.fail(Error::transport(why)));
         }
-        let slot = (self.arrived % self.nslots as u64) as usize;
+        let slot = (due % self.nslots as u64) as usize;
         let mut fp = [0u64; 4];
         // SAFETY: the message's last FP bytes, inside its slot, written before
         // its completion came.
@@ -139,9 +140,10 @@ impl RdmaRecv {
             let at = self.ring.ptr().add(slot * self.stride + len - FP);
             std::ptr::copy_nonoverlapping(at, fp.as_mut_ptr().cast::<u8>(), FP);
         }
-        self.ready.push_back((slot, len - FP, fp));
+        self.landed[slot] = Some((len - FP, fp));
         self.arrived += 1;
-        self.qp.post_recv(self.arrived).map_err(|e| self.fail(e))
+        self.next[j] += self.qps.len() as u64;
+        self.qps.of(j as u64).post_recv(due).map_err(|e| self.fail(e))
     }
 
     /// Tells the sender of freed slots: half a ring of them at once, or
@@ -161,7 +163,8 @@ impl RdmaRecv {
         word.store(self.released, Ordering::Release);
         let local = Sge { addr: self.words.mr().addr + w, len: 8, lkey: self.words.mr().lkey };
         // SAFETY: the word stays unchanged until this write completes (CREDIT_WORDS later at the soonest).
-        unsafe { self.qp.post_write(u64::MAX - self.credit_posted, &[local], at, None, true) }.map_err(|e| self.fail(e))?;
+        unsafe { self.qps.of(0).post_write(u64::MAX - self.credit_posted, &[local], at, None, true) }
+            .map_err(|e| self.fail(e))?;
         self.credit_posted += 1;
         self.reported = self.released;
         Ok(())
@@ -176,7 +179,7 @@ impl RdmaRecv {
     #[cfg(test)]
     /// Forces its queue pair into the error state (fault injection).
     pub fn fail_queue_pair(&mut self) {
-        self.qp.fail();
+        self.qps.fail();
     }
 }
 
@@ -194,12 +197,13 @@ impl RecvVerbs for RdmaRecv {
     }
 
     fn peek(&mut self) -> Result<Option<(*const u8, usize, [u64; 4])>> {
-        if self.ready.is_empty() {
+        let slot = (self.released % self.nslots as u64) as usize;
+        if self.landed[slot].is_none() {
             self.progress()?;
         }
-        match self.ready.front() {
+        match self.landed[slot] {
             // SAFETY: slot `slot` of the ring.
-            Some(&(slot, len, fp)) => Ok(Some((unsafe { self.ring.ptr().add(slot * self.stride) }, len, fp))),
+            Some((len, fp)) => Ok(Some((unsafe { self.ring.ptr().add(slot * self.stride) }, len, fp))),
             None => {
                 if self.credit_at.is_some() {
                     self.setup.alive().map_err(|e| self.fail(e))?;
@@ -210,7 +214,8 @@ impl RecvVerbs for RdmaRecv {
     }
 
     fn release(&mut self) {
-        if self.ready.pop_front().is_some() {
+        let slot = (self.released % self.nslots as u64) as usize;
+        if self.landed[slot].take().is_some() {
             self.released += 1;
             if let Err(e) = self.report() {
                 drop(self.fail(e));

@@ -5,18 +5,18 @@
 //! many of its slots it has freed.
 
 use super::mem::Registered;
+use super::qps::Qps;
 use super::setup::{Hello, Setup};
-use super::verbs::{Completion, QueuePair, Remote, Sge, Status};
-use super::{Link, Watch, FP};
+use super::verbs::{Completion, Remote, Sge, Status};
+use super::{Link, FP};
 use crate::error::{Error, Result};
 use crate::transport::{Offers, SendVerbs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The sending end.
 pub struct RdmaSend {
-    qp: Box<dyn QueuePair>,
+    qps: Qps,
     link: Link,
     setup: Box<Setup>,
     ring: Registered,
@@ -28,28 +28,29 @@ pub struct RdmaSend {
     stride: usize,
     /// The receiver's slots, once it has answered.
     remote: Option<Remote>,
-    /// Messages posted, handed to the queue pair (all, once connected),
-    /// and their writes completed.
+    /// Messages posted, handed to the queue pairs (all, once connected),
+    /// and written (every one before it too: the queue pairs complete
+    /// theirs in order, but not in step with each other).
     posted: u64,
     written: u64,
     done: u64,
+    /// Slots whose write has completed, ahead of `done`.
+    completed: Vec<bool>,
     /// Bytes of each slot's message.
     lens: Vec<usize>,
     err: Option<Error>,
-    comps: Vec<Completion>,
-    _watch: Arc<Watch>,
+    comps: Vec<(usize, Completion)>,
 }
 
 impl RdmaSend {
-    pub(super) fn new(link: Link, qp: Box<dyn QueuePair>, mut setup: Setup, nslots: usize, slot_bytes: usize) -> Result<Self> {
+    pub(super) fn new(link: Link, qps: Qps, mut setup: Setup, nslots: usize, slot_bytes: usize) -> Result<Self> {
         let stride = (slot_bytes + FP).next_multiple_of(64);
         let ring = Registered::new(&link.dev, nslots * stride)?;
         let credit = Registered::new(&link.dev, 64)?;
         let at = Remote { addr: credit.mr().addr as u64, rkey: credit.mr().rkey };
-        setup.say(&Hello { qp: qp.info(), at, nslots: nslots as u32, stride: stride as u32 })?;
-        let watch = link.watch(qp.fd());
+        setup.say(&Hello { qps: qps.infos(), at, nslots: nslots as u32, stride: stride as u32 })?;
         Ok(RdmaSend {
-            qp,
+            qps,
             link,
             setup: Box::new(setup),
             ring,
@@ -61,10 +62,10 @@ impl RdmaSend {
             posted: 0,
             written: 0,
             done: 0,
+            completed: vec![false; nslots],
             lens: vec![0; nslots],
             err: None,
             comps: Vec::new(),
-            _watch: watch,
         })
     }
 
@@ -91,8 +92,7 @@ impl RdmaSend {
                 let why = format!("rdma: the receiver cut its slots {}x{} B, this end {}x{} B", h.nslots, h.stride, self.nslots, self.stride);
                 return Err(self.fail(Error::transport(why)));
             }
-            self.link.check_peer(&h.qp).map_err(|e| self.fail(e))?;
-            self.qp.connect(&h.qp).map_err(|e| self.fail(e))?;
+            self.qps.connect(&self.link, &h.qps).map_err(|e| self.fail(e))?;
             self.link.connected("send");
             self.remote = Some(h.at);
             self.write_out()?;
@@ -102,16 +102,19 @@ impl RdmaSend {
 
     fn poll(&mut self) -> Result<()> {
         self.comps.clear();
-        self.qp.poll(&mut self.comps, 64).map_err(|e| self.fail(e))?;
-        if self.comps.is_empty() {
-            self.qp.arm().map_err(|e| self.fail(e))?;
-            self.qp.poll(&mut self.comps, 64).map_err(|e| self.fail(e))?;
-        }
+        self.qps.poll(&mut self.comps).map_err(|e| self.fail(e))?;
+        let n = self.nslots as u64;
         for i in 0..self.comps.len() {
-            let c = self.comps[i];
+            let (_, c) = self.comps[i];
             if c.status != Status::Success {
                 return Err(self.fail(self.link.failed(c.status)));
             }
+            if c.wr_id < self.done || c.wr_id >= self.done + n {
+                return Err(self.fail(Error::internal(format!("rdma: completion of write {} outside the ring", c.wr_id))));
+            }
+            self.completed[(c.wr_id % n) as usize] = true;
+        }
+        while self.done < self.written && std::mem::take(&mut self.completed[(self.done % n) as usize]) {
             self.done += 1;
         }
         Ok(())
@@ -201,7 +204,7 @@ impl RdmaSend {
             let local = Sge { addr: self.ring.mr().addr + off, len: len as u32, lkey: self.ring.mr().lkey };
             let to = Remote { addr: remote.addr + off as u64, rkey: remote.rkey };
             // SAFETY: the slot stays untouched until its write completes (`done` passes it).
-            unsafe { self.qp.post_write(seq, &[local], to, Some(seq as u32), true) }?;
+            unsafe { self.qps.of(seq).post_write(seq, &[local], to, Some(seq as u32), true) }?;
             self.written += 1;
         }
         Ok(())
@@ -216,7 +219,7 @@ impl RdmaSend {
     #[cfg(test)]
     /// Forces its queue pair into the error state (fault injection).
     pub fn fail_queue_pair(&mut self) {
-        self.qp.fail();
+        self.qps.fail();
     }
 
     #[cfg(test)]

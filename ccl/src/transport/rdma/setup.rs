@@ -18,15 +18,20 @@ use std::time::{Duration, Instant};
 const SETUP: u32 = 1 << 31;
 const BACK: u32 = 1 << 30;
 const MAGIC: &[u8; 8] = b"ccl-rdma";
-/// Bytes of a hello.
-const HELLO: usize = 8 + QpInfo::BYTES + 8 + 4 + 4 + 4;
+/// Queue pairs a connection may have.
+pub(super) const MAX_QPS: usize = 16;
+/// Bytes of a hello of `k` queue pairs.
+const fn hello_bytes(k: usize) -> usize {
+    8 + 1 + k * QpInfo::BYTES + 8 + 4 + 4 + 4
+}
 /// How often a waiting end looks at the pair for its peer's loss.
 const CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// What one end tells the other.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Hello {
-    pub qp: QpInfo,
+    /// Its queue pairs (1 ..= `MAX_QPS`).
+    pub qps: Vec<QpInfo>,
     /// Where the other end writes: the receiver's slots, or the sender's
     /// credit word.
     pub at: Remote,
@@ -37,9 +42,10 @@ pub(super) struct Hello {
 
 impl Hello {
     fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(HELLO);
+        let mut b = Vec::with_capacity(hello_bytes(self.qps.len()));
         b.extend_from_slice(MAGIC);
-        self.qp.encode(&mut b);
+        b.push(self.qps.len() as u8);
+        self.qps.iter().for_each(|q| q.encode(&mut b));
         b.extend_from_slice(&self.at.addr.to_le_bytes());
         b.extend_from_slice(&self.at.rkey.to_le_bytes());
         b.extend_from_slice(&self.nslots.to_le_bytes());
@@ -48,13 +54,14 @@ impl Hello {
     }
 
     fn decode(b: &[u8]) -> Option<Self> {
-        if b.len() != HELLO || &b[..8] != MAGIC {
+        let k = usize::from(*b.get(8)?);
+        if !(1..=MAX_QPS).contains(&k) || b.len() != hello_bytes(k) || &b[..8] != MAGIC {
             return None;
         }
-        let q = 8 + QpInfo::BYTES;
+        let q = 9 + k * QpInfo::BYTES;
         let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
         Some(Hello {
-            qp: QpInfo::decode(&b[8..q])?,
+            qps: b[9..q].chunks(QpInfo::BYTES).map(QpInfo::decode).collect::<Option<Vec<_>>>()?,
             at: Remote { addr: u64::from_le_bytes(b[q..q + 8].try_into().ok()?), rkey: word(q + 8) },
             nslots: word(q + 12),
             stride: word(q + 16),
@@ -75,7 +82,7 @@ impl Setup {
     /// The pair of connection `key` (this end is `key.from` when
     /// `sending`), over `tcp`.
     pub(super) fn open(tcp: &Tcp, key: ConnKey, sending: bool) -> Result<Self> {
-        let ring = Geometry { nslots: 2, slot_bytes: HELLO.next_multiple_of(64) };
+        let ring = Geometry { nslots: 2, slot_bytes: hello_bytes(MAX_QPS).next_multiple_of(64) };
         let out = ConnKey { channel: key.channel | SETUP, ..key };
         let back = ConnKey { from: key.to, to: key.from, channel: key.channel | SETUP | BACK, ..key };
         let (tx, rx) = if sending {
@@ -147,13 +154,16 @@ mod tests {
     #[test]
     fn a_hello_round_trips_and_nothing_else_decodes() {
         let qp = QpInfo { qpn: 1, psn: 2, lid: 3, gid: [4; 16], link: LinkLayer::Infiniband, extra: [6; 40] };
-        let h = Hello { qp, at: Remote { addr: 0xdead_beef, rkey: 77 }, nslots: 8, stride: 4160 };
+        let h = Hello { qps: vec![qp; 3], at: Remote { addr: 0xdead_beef, rkey: 77 }, nslots: 8, stride: 4160 };
         let b = h.encode();
-        assert_eq!(b.len(), HELLO);
+        assert_eq!(b.len(), hello_bytes(3));
         assert_eq!(Hello::decode(&b), Some(h));
-        assert_eq!(Hello::decode(&b[..HELLO - 1]), None);
+        assert_eq!(Hello::decode(&b[..b.len() - 1]), None);
         let mut bad = b.clone();
         bad[0] ^= 1;
         assert_eq!(Hello::decode(&bad), None);
+        let mut none = b.clone();
+        none[8] = 0;
+        assert_eq!(Hello::decode(&none), None, "no queue pair");
     }
 }

@@ -25,7 +25,13 @@ fn pair() -> (Rdma, Rdma) {
 }
 
 fn conns(ring: Geometry) -> (Rdma, Rdma, SendConn, RecvConn) {
+    conns_over(ring, 1)
+}
+
+/// A connection of `k` queue pairs.
+fn conns_over(ring: Geometry, k: usize) -> (Rdma, Rdma, SendConn, RecvConn) {
     let (a, b) = pair();
+    let (a, b) = (a.queue_pairs(k), b.queue_pairs(k));
     let key = ConnKey { comm: 5, from: 0, to: 1, channel: 0 };
     let s = a.connect_send(key, ring).expect("send");
     let r = b.connect_recv(key, ring).expect("recv");
@@ -147,4 +153,20 @@ fn ranks_without_a_port_or_with_another_link_layer_are_left_to_tcp() {
     assert!(r.can_connect(0, 3) && r.can_connect(3, 0));
     assert!(!r.can_connect(0, 1) && !r.can_connect(1, 0), "no port there");
     assert!(!r.can_connect(0, 2), "InfiniBand and RoCE do not meet");
+}
+
+#[test]
+fn several_queue_pairs_carry_a_connection_in_turn_and_messages_come_out_in_order() {
+    for k in [2, 3] {
+        let (_a, _b, mut s, mut r) = conns_over(Geometry { nslots: 2, slot_bytes: 4096 }, k);
+        stream(&mut s, &mut r, 200, 4096).expect("full slots");
+        stream(&mut s, &mut r, 31, 7).expect("small ones");
+    }
+    let slot = 512 << 10;
+    let (_a, _b, mut s, mut r) = conns_over(Geometry { nslots: 2, slot_bytes: slot }, 4);
+    let n = (64 << 20) / slot;
+    stream(&mut s, &mut r, n, slot).expect("64 MiB over 4");
+    let (SendConn::Rdma(s), RecvConn::Rdma(r)) = (&s, &r) else { panic!("rdma ends") };
+    assert_eq!(s.writes(), n as u64);
+    assert!(r.credit_writes() < n as u64, "{} credit writes for {n} slots", r.credit_writes());
 }
