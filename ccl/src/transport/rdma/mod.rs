@@ -1,7 +1,8 @@
 //! RDMA between hosts: reliable-connected queue pairs that write slots
 //! straight into the receiver's registered memory.
 //!
-//! A connection is one queue pair per direction and channel. The
+//! A connection is one queue pair per direction and channel, or several
+//! that its messages are dealt to in turn (`CCL_IB_QPS_PER_CONNECTION`). The
 //! receiver's slots are registered memory; the sender stages a message in
 //! a registered slot of its own and writes it, with its call's fingerprint
 //! after it, into the receiver's slot of the same number with one write
