@@ -92,11 +92,8 @@ impl RdmaRecv {
             return Err(e.clone());
         }
         if self.credit_at.is_none() {
-            let Some(h) = self.setup.heard().map_err(|e| self.fail(e))? else { return Ok(()) };
-            if h.nslots as usize != self.nslots || h.stride as usize != self.stride {
-                let why = format!("rdma: the sender cut its slots {}x{} B, this end {}x{} B", h.nslots, h.stride, self.nslots, self.stride);
-                return Err(self.fail(Error::transport(why)));
-            }
+            let heard = self.setup.heard_cut(self.nslots, self.stride, "sender");
+            let Some(h) = heard.map_err(|e| self.fail(e))? else { return Ok(()) };
             self.qps.connect(&self.link, &h.qps).map_err(|e| self.fail(e))?;
             let at = Remote { addr: self.ring.mr().addr as u64, rkey: self.ring.mr().rkey };
             let me = Hello { qps: self.qps.infos(), at, nslots: self.nslots as u32, stride: self.stride as u32 };

@@ -87,11 +87,8 @@ impl RdmaSend {
             return Err(e.clone());
         }
         if self.remote.is_none() {
-            let Some(h) = self.setup.heard().map_err(|e| self.fail(e))? else { return Ok(()) };
-            if h.nslots as usize != self.nslots || h.stride as usize != self.stride {
-                let why = format!("rdma: the receiver cut its slots {}x{} B, this end {}x{} B", h.nslots, h.stride, self.nslots, self.stride);
-                return Err(self.fail(Error::transport(why)));
-            }
+            let heard = self.setup.heard_cut(self.nslots, self.stride, "receiver");
+            let Some(h) = heard.map_err(|e| self.fail(e))? else { return Ok(()) };
             self.qps.connect(&self.link, &h.qps).map_err(|e| self.fail(e))?;
             self.link.connected("send");
             self.remote = Some(h.at);

@@ -131,6 +131,17 @@ impl Setup {
         self.tx.announce_lost(lost);
     }
 
+    /// The peer's hello, once it has come, if its slots are cut as this
+    /// end's (`nslots` of `stride` bytes); the peer is the `whom` end.
+    pub(super) fn heard_cut(&mut self, nslots: usize, stride: usize, whom: &str) -> Result<Option<Hello>> {
+        let Some(h) = self.heard()? else { return Ok(None) };
+        if h.nslots as usize != nslots || h.stride as usize != stride {
+            let why = format!("rdma: the {whom} cut its slots {}x{} B, this end {nslots}x{stride} B", h.nslots, h.stride);
+            return Err(Error::transport(why));
+        }
+        Ok(Some(h))
+    }
+
     /// `Err` once the peer is gone (its end of the pair closed); looked at
     /// no more often than every `CHECK_EVERY`.
     pub(super) fn alive(&mut self) -> Result<()> {
