@@ -169,11 +169,12 @@ struct Pending {
 }
 
 /// Takes connections to the device until it is dropped, reading each
-/// one's introduction without blocking. At most `INTRODUCING` wait at
-/// once, the oldest pushed out by a newcomer, and none longer than
-/// `INTRO_WAIT`: a queue pair's own connection introduces itself as it
-/// opens, so strangers that flood the listener with idle connections
-/// push out only each other.
+/// one's introduction without blocking: as it is accepted, and then
+/// whenever it has more. At most `INTRODUCING` wait at once, the oldest
+/// pushed out by a newcomer (after the closed and the introduced have left),
+/// and none longer than `INTRO_WAIT`: a queue pair's own connection
+/// introduces itself as it opens, so strangers that flood the listener
+/// with idle or closing connections push out only each other.
 fn accept(l: &TcpListener, dev: &Weak<Dev>) {
     let mut pending: Vec<Pending> = Vec::new();
     loop {
@@ -185,30 +186,19 @@ fn accept(l: &TcpListener, dev: &Weak<Dev>) {
             if s.set_nonblocking(true).is_err() {
                 continue;
             }
+            let mut p = Pending { stream: s, since: std::time::Instant::now(), got: Vec::with_capacity(INTRO) };
+            if !p.read(&d) {
+                continue;
+            }
+            if pending.len() >= INTRODUCING {
+                pending.retain_mut(|p| p.read(&d));
+            }
             if pending.len() >= INTRODUCING {
                 pending.remove(0); // the oldest
             }
-            pending.push(Pending { stream: s, since: std::time::Instant::now(), got: Vec::with_capacity(INTRO) });
+            pending.push(p);
         }
-        pending.retain_mut(|p| {
-            let mut b = [0u8; INTRO];
-            let want = INTRO - p.got.len();
-            match p.stream.read(&mut b[..want]) {
-                Ok(0) => false,
-                Ok(n) => {
-                    p.got.extend_from_slice(&b[..n]);
-                    if p.got.len() < INTRO {
-                        return true;
-                    }
-                    if let Ok(s) = p.stream.try_clone() {
-                        introduce(s, &p.got, &d);
-                    }
-                    false
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => p.since.elapsed() < INTRO_WAIT,
-                Err(_) => false,
-            }
-        });
+        pending.retain_mut(|p| p.read(&d));
         drop(d);
         let mut fds: Vec<libc::pollfd> = std::iter::once(l.as_raw_fd())
             .chain(pending.iter().map(|p| p.stream.as_raw_fd()))
@@ -216,6 +206,31 @@ fn accept(l: &TcpListener, dev: &Weak<Dev>) {
             .collect();
         // SAFETY: `fds` is a valid array of pollfd for the call's duration.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
+    }
+}
+
+impl Pending {
+    /// Reads what has come of the introduction, handing the connection on
+    /// once it is whole; false when it no longer waits (introduced, closed,
+    /// or silent too long).
+    fn read(&mut self, d: &Dev) -> bool {
+        let mut b = [0u8; INTRO];
+        let want = INTRO - self.got.len();
+        match self.stream.read(&mut b[..want]) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.got.extend_from_slice(&b[..n]);
+                if self.got.len() < INTRO {
+                    return true;
+                }
+                if let Ok(s) = self.stream.try_clone() {
+                    introduce(s, &self.got, d);
+                }
+                false
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.since.elapsed() < INTRO_WAIT,
+            Err(_) => false,
+        }
     }
 }
 

@@ -248,3 +248,42 @@ fn idle_strangers_flooding_a_device_keep_no_queue_pair_from_its_peer() {
     da.deregister(&ms);
     db.deregister(&md);
 }
+
+#[test]
+fn strangers_churning_connections_to_a_device_keep_no_queue_pair_from_its_peer() {
+    let (da, db) = (device(2000), device(2000));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, at) = (std::sync::Arc::clone(&stop), db.addr());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += u64::from(std::net::TcpStream::connect(at).is_ok());
+                }
+                n
+            })
+        })
+        .collect();
+    for round in 0..8u8 {
+        let (mut a, mut b) = (da.queue_pair(4).expect("qp"), db.queue_pair(4).expect("qp"));
+        let (ia, ib) = (a.info(), b.info());
+        a.connect(&ib).expect("connect a");
+        b.connect(&ia).expect("connect b");
+        let mut src = vec![round; 64];
+        let mut dst = vec![0u8; 64];
+        // SAFETY: both vectors outlive their registrations.
+        let (ms, md) = unsafe { (da.register(src.as_mut_ptr(), 64).expect("reg"), db.register(dst.as_mut_ptr(), 64).expect("reg")) };
+        b.post_recv(1).expect("recv");
+        // SAFETY: `src` stays registered until the completion.
+        unsafe { a.post_write(1, &[sge(&ms, 0, 64)], remote(&md, 0), Some(3), true).expect("write") };
+        assert_eq!(wait(&mut a, 1)[0].status, Status::Success, "round {round}");
+        assert_eq!(wait(&mut b, 1)[0].done, Done::Recv { imm: 3, len: 64 });
+        assert_eq!(dst, src);
+        da.deregister(&ms);
+        db.deregister(&md);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened: u64 = churn.into_iter().map(|t| t.join().expect("churner")).sum();
+    assert!(opened > INTRODUCING as u64, "only {opened} churned");
+}
