@@ -166,6 +166,49 @@ impl KnobValue for SlotStores {
     }
 }
 
+/// A fault the software RDMA provider injects (`CCL_IB_SOFT_FAULT`), so
+/// that tests can see what a NIC's errors do to a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SoftFault {
+    /// What goes wrong.
+    pub kind: SoftFaultKind,
+    /// The rank whose device injects it.
+    pub rank: usize,
+    /// Its device's write (counted from 1) that meets it.
+    pub at: u64,
+}
+
+/// What a [`SoftFault`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SoftFaultKind {
+    /// The write names the peer's region by a wrong rkey.
+    Rkey,
+    /// The write's queue pair is forced to the error state instead.
+    Error,
+}
+
+impl KnobValue for Option<SoftFault> {
+    fn parse_knob(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Ok(None);
+        }
+        let why = || "expected rkey:RANK:N or error:RANK:N (N counted from 1), or empty".to_string();
+        let mut it = s.split(':');
+        let kind = match it.next().map(str::to_ascii_lowercase).as_deref() {
+            Some("rkey") => SoftFaultKind::Rkey,
+            Some("error") => SoftFaultKind::Error,
+            _ => return Err(why()),
+        };
+        let rank = it.next().and_then(|r| r.parse().ok()).ok_or_else(why)?;
+        let at = it.next().and_then(|n| n.parse().ok()).filter(|&n| n > 0).ok_or_else(why)?;
+        if it.next().is_some() {
+            return Err(why());
+        }
+        Ok(Some(SoftFault { kind, rank, at }))
+    }
+}
+
 /// How ranks check that they make the same calls (`CCL_CHECK`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CheckMode {
@@ -275,6 +318,8 @@ knobs! {
     ib_gid_index: Option<usize> = None, "CCL_IB_GID_INDEX", "auto";
     /// Queue pairs per RDMA connection (1-16): its messages are dealt to them in turn.
     ib_qps_per_connection: usize = 1, "CCL_IB_QPS_PER_CONNECTION", "1";
+    /// A fault the software RDMA provider injects, for tests: `rkey:R:N` (rank R's N-th write names a wrong rkey) or `error:R:N` (the queue pair of rank R's N-th write is forced to the error state); empty: none.
+    ib_soft_fault: Option<SoftFault> = None, "CCL_IB_SOFT_FAULT", "";
     /// 1: a CRC32 of every TCP payload is sent and checked, so corruption on a link is an error.
     checksum: bool = false, "CCL_CHECKSUM", "0";
     /// Network bandwidth between hosts in Mbit/s for the cost model; 0 measures it at start-up.
@@ -484,6 +529,20 @@ mod tests {
         assert!(Config::from_lookup(|k| (k == "CCL_TIMEOUT").then(|| "-1".into())).is_err());
         assert!(Config::from_lookup(|k| (k == "CCL_TIMEOUT").then(|| "6488888888888888888888888".into())).is_err());
         assert!(Config::from_lookup(|k| (k == "CCL_TIMEOUT").then(|| "NaN".into())).is_err());
+    }
+
+    #[test]
+    fn soft_rdma_faults_name_their_kind_rank_and_write() {
+        let at = |v: &str| Config::from_lookup(|k| (k == "CCL_IB_SOFT_FAULT").then(|| v.into()));
+        let f = at("rkey:1:40").expect("valid").ib_soft_fault;
+        assert_eq!(f, Some(SoftFault { kind: SoftFaultKind::Rkey, rank: 1, at: 40 }));
+        let f = at(" Error:0:1 ").expect("valid").ib_soft_fault;
+        assert_eq!(f, Some(SoftFault { kind: SoftFaultKind::Error, rank: 0, at: 1 }));
+        assert_eq!(at("").expect("empty").ib_soft_fault, None);
+        for bad in ["rkey", "rkey:1", "rkey:1:0", "flip:1:2", "rkey:x:2", "rkey:1:2:3"] {
+            let e = at(bad).expect_err(bad);
+            assert!(e.to_string().contains("expected rkey:RANK:N"), "{e}");
+        }
     }
 
     #[test]

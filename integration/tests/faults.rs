@@ -77,6 +77,38 @@ fn scenarios() -> Vec<Scenario> {
         let errors: &[&str] = &["lost rank 1 ", "retry counter exceeded (the peer did not answer)"];
         v.push(s("kill -9 a rank mid all_reduce (rdma)", ranks, &soft, 137, errors, "was killed by signal 9", 10));
     }
+    // what a NIC's errors do: the provider corrupts rank 1's 40th write's
+    // rkey, or forces that write's queue pair to error; its two ends fail
+    // naming each other (the refused write as a remote access error, the
+    // other end's queue pair flushed), the rest hear of the lost rank
+    for ranks in [2, 4] {
+        let rkey = [
+            "-x",
+            "CCL_SHM_DISABLE=1",
+            "-x",
+            "CCL_IB_SOFT=1",
+            "-x",
+            "CCL_IB_SOFT_FAULT=rkey:1:40",
+            FAULT,
+            "loop",
+            "20",
+        ];
+        let errors: &[&str] = &["remote access error", "flushed (the queue pair is in error)", "lost rank"];
+        v.push(s("a corrupted rkey (rdma)", ranks, &rkey, 1, errors, "exited with code 1", 10));
+        let error = [
+            "-x",
+            "CCL_SHM_DISABLE=1",
+            "-x",
+            "CCL_IB_SOFT=1",
+            "-x",
+            "CCL_IB_SOFT_FAULT=error:1:40",
+            FAULT,
+            "loop",
+            "20",
+        ];
+        let errors: &[&str] = &["flushed (the queue pair is in error)", "lost rank"];
+        v.push(s("a queue pair forced to error (rdma)", ranks, &error, 1, errors, "exited with code 1", 10));
+    }
     v.push(s("a rank exits 3", 4, &[FAULT, "exit", "2", "3"], 3, &["lost rank 2 "], "exited with code 3", 10));
     // the survivors' GPUs wait on the gone rank's flags: the host's watch
     // releases them (a survivor may find first another that already left

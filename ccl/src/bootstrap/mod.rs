@@ -77,7 +77,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let listener = Tcp::listen(ip).map_err(at)?;
     let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;
     let info = config.debug >= crate::config::LogLevel::Info;
-    let dev = rdma::open(&config, ip);
+    let dev = rdma::open(&config, ip, env.rank);
     if let (Err(why), true) = (&dev, info) {
         eprintln!("ccl INFO rank {}: no RDMA ({why}): TCP between hosts", env.rank);
     }

@@ -136,15 +136,16 @@ pub struct Rdma {
     bell: Doorbell,
 }
 
-/// The device `config` picks for a process whose TCP transport listens on
-/// `ip`, or why there is none.
-pub fn open(config: &Config, ip: std::net::IpAddr) -> std::result::Result<Arc<dyn Device>, String> {
+/// The device `config` picks for rank `rank`, whose TCP transport listens
+/// on `ip`, or why there is none.
+pub fn open(config: &Config, ip: std::net::IpAddr, rank: usize) -> std::result::Result<Arc<dyn Device>, String> {
     if config.ib_disable {
         return Err("CCL_IB_DISABLE=1".into());
     }
     if config.ib_soft {
         let retry = config.timeout.min(Duration::from_secs(8));
-        return soft::SoftDevice::open(ip, retry).map(|d| Arc::new(d) as Arc<dyn Device>).map_err(|e| e.to_string());
+        let fault = config.ib_soft_fault.filter(|f| f.rank == rank);
+        return soft::SoftDevice::open(ip, retry, fault).map(|d| Arc::new(d) as Arc<dyn Device>).map_err(|e| e.to_string());
     }
     #[cfg(feature = "rdma")]
     return ibv::open(&config.ib_hca, config.ib_gid_index).map(|d| Arc::new(d) as Arc<dyn Device>);

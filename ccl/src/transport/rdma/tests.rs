@@ -16,7 +16,7 @@ fn pair() -> (Rdma, Rdma) {
     let ends = [(0, l0), (1, l1)].map(|(me, l)| {
         let tcp = Arc::new(Tcp::new(me, [3; 16], l, vec![at0, at1], 1, false));
         let dev: Arc<dyn Device> =
-            Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2)).expect("device"));
+            Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2), None).expect("device"));
         let ports = vec![Some(LinkLayer::Ethernet); 2];
         Rdma::new(me, dev, tcp, Arc::clone(&hosts), ports, false).expect("rdma")
     });
@@ -146,7 +146,7 @@ fn ranks_without_a_port_or_with_another_link_layer_are_left_to_tcp() {
     let at = l.local_addr().expect("addr");
     let tcp = Arc::new(Tcp::new(0, [3; 16], l, vec![at; 4], 1, false));
     let dev: Arc<dyn Device> =
-        Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2)).expect("device"));
+        Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2), None).expect("device"));
     let hosts: Arc<[String]> = (0..4).map(|h| format!("h{h}")).collect();
     let ports = vec![Some(LinkLayer::Ethernet), None, Some(LinkLayer::Infiniband), Some(LinkLayer::Ethernet)];
     let r = Rdma::new(0, dev, tcp, hosts, ports, false).expect("rdma");

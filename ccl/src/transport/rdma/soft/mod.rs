@@ -30,7 +30,8 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use crate::config::SoftFault;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -67,9 +68,18 @@ struct Dev {
     next_qpn: AtomicU32,
     retry: Duration,
     stop: AtomicBool,
+    /// A fault to inject, and the writes posted so far (to find its write).
+    fault: Option<SoftFault>,
+    writes: AtomicU64,
 }
 
 impl Dev {
+    /// The fault injected into the write now posted, if it is the one.
+    fn fault_now(&self) -> Option<crate::config::SoftFaultKind> {
+        let n = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        self.fault.filter(|f| f.at == n).map(|f| f.kind)
+    }
+
     /// The live region registered with `key` that holds `len` bytes at `addr`.
     fn region(&self, key: u32, addr: u64, len: u64) -> Option<Arc<Region>> {
         let r = self.regions.read().ok()?.get(&key).cloned()?;
@@ -84,8 +94,9 @@ pub struct SoftDevice {
 
 impl SoftDevice {
     /// A device listening on `ip` (port chosen by the OS) whose queue
-    /// pairs give up on a silent peer after `retry`.
-    pub fn open(ip: std::net::IpAddr, retry: Duration) -> Result<Self> {
+    /// pairs give up on a silent peer after `retry`, injecting `fault`
+    /// (`CCL_IB_SOFT_FAULT`) when its write comes.
+    pub fn open(ip: std::net::IpAddr, retry: Duration, fault: Option<SoftFault>) -> Result<Self> {
         let io = |e: std::io::Error| Error::transport(format!("soft rdma device on {ip}: {e}"));
         let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(io)?;
         listener.set_nonblocking(true).map_err(io)?;
@@ -97,6 +108,8 @@ impl SoftDevice {
             next_qpn: AtomicU32::new(rand::random::<u32>() & 0xff_ffff),
             retry,
             stop: AtomicBool::new(false),
+            fault,
+            writes: AtomicU64::new(0),
         });
         let d = Arc::downgrade(&dev);
         std::thread::Builder::new()

@@ -13,6 +13,7 @@ use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use crate::config::SoftFaultKind;
 use std::time::{Duration, Instant};
 
 /// A request frame's header: opcode, immediate, rkey, bytes, address.
@@ -422,9 +423,14 @@ impl QueuePair for SoftQp {
         spawn("ccl-soft-ack", Box::new(move || b.acknowledge(acks)))
     }
 
-    unsafe fn post_write(&mut self, wr_id: u64, local: &[Sge], remote: Remote, imm: Option<u32>, signaled: bool)
+    unsafe fn post_write(&mut self, wr_id: u64, local: &[Sge], mut remote: Remote, imm: Option<u32>, signaled: bool)
         -> Result<()> {
         let s = &self.shared;
+        match s.dev.fault_now() {
+            Some(SoftFaultKind::Rkey) => remote.rkey ^= 0x5a5a,
+            Some(SoftFaultKind::Error) => s.fail(None),
+            None => {}
+        }
         let mut g = s.lock();
         let (phase, q) = &mut *g;
         match phase {

@@ -5,7 +5,7 @@ use crate::transport::rdma::verbs::{Completion, Done, QpInfo, Remote, Sge, Statu
 use std::time::Instant;
 
 fn device(retry_ms: u64) -> SoftDevice {
-    SoftDevice::open([127, 0, 0, 1].into(), Duration::from_millis(retry_ms)).expect("device")
+    SoftDevice::open([127, 0, 0, 1].into(), Duration::from_millis(retry_ms), None).expect("device")
 }
 
 /// Two devices and a queue pair on each, connected to each other.
