@@ -6,7 +6,7 @@ use crate::gpu::DeviceBuffer;
 pub use crate::gpu::Place;
 use crate::Reduce;
 
-mod sealed {
+pub(super) mod sealed {
     pub trait Sealed {}
 }
 

@@ -5,6 +5,7 @@ mod agree;
 mod buffer;
 pub(crate) mod exit;
 mod group;
+mod registered;
 mod request;
 mod shared;
 mod split;
@@ -16,6 +17,7 @@ pub use agree::MISMATCH_EXIT;
 pub use buffer::Place;
 pub use buffer::{Buffer, BufferMut};
 pub use group::Group;
+pub use registered::RegisteredBuffer;
 pub use request::Request;
 pub use shared::SharedBuffer;
 #[doc(hidden)]

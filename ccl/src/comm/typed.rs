@@ -198,6 +198,30 @@ impl<T: Reduce> Communicator<T> {
         shared::alloc::<T>(&self.group, len)
     }
 
+    /// `buf`, registered with the RDMA devices of this communicator's
+    /// group until the result drops (NCCL's `ncclCommRegister`): messages
+    /// that blocking calls on it send over RDMA are written straight from
+    /// it instead of through a copy into the connection's slots. Without
+    /// RDMA it is `buf` as it is. Registration pins the memory, which
+    /// `ulimit -l` bounds (a refusal is an error that says so).
+    ///
+    /// ```
+    /// use ccl::testing::run_local;
+    /// use ccl::Sum;
+    /// let done = run_local(2, |world| -> ccl::Result<()> {
+    ///     let comm = world.typed::<f32>();
+    ///     let mut v = vec![1.0f32; 1 << 16];
+    ///     let mut reg = comm.register(&mut v)?;
+    ///     comm.all_reduce(&mut reg, Sum)?;
+    ///     assert!(reg.iter().all(|&x| x == 2.0));
+    ///     Ok(())
+    /// });
+    /// assert!(done.iter().all(|r| r.is_ok()));
+    /// ```
+    pub fn register<'a>(&self, buf: &'a mut [T]) -> Result<super::RegisteredBuffer<'a, T>> {
+        self.group.inner.registry.register(buf).map(super::RegisteredBuffer::new)
+    }
+
     /// `buf`, worked on in place (and every rank's, where it is shared).
     fn in_place<'w, B: BufferMut<T> + ?Sized>(&self, buf: &'w mut B) -> Bufs<'w> {
         let output = Some(buf.place_mut());

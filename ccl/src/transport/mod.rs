@@ -115,6 +115,34 @@ pub trait Transport: Send + Sync {
     fn wake(&self) -> Option<&wake::WakeSocket> {
         None
     }
+    /// Registers the `len` bytes at `p` with this transport's device until
+    /// the returned registration drops, so that messages lent from them are
+    /// sent straight from there; `None` where there is nothing to register.
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay valid until the registration drops.
+    unsafe fn register(&self, _p: *mut u8, _len: usize) -> Result<Option<Registration>> {
+        Ok(None)
+    }
+}
+
+/// Memory registered by [`Transport::register`], until dropped.
+pub type Registration = Box<dyn std::any::Any + Send + Sync>;
+
+/// A slice and its registrations ([`Registry::register`]), which end
+/// before its borrow does.
+pub struct Registered<'a, T> {
+    /// The slice.
+    pub buf: &'a mut [T],
+    regs: Vec<Registration>,
+}
+
+impl<T> Registered<'_, T> {
+    /// Transports that registered it.
+    pub fn count(&self) -> usize {
+        self.regs.len()
+    }
 }
 
 links! {
@@ -186,6 +214,21 @@ impl Registry {
     /// Connects the receiving end of `key`, cut as `ring`.
     pub fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn> {
         self.pick(key.from, key.to)?.connect_recv(key, ring)
+    }
+
+    /// `buf`, registered with every transport that registers memory
+    /// ([`Transport::register`]) for as long as it stays borrowed.
+    pub fn register<'a, T>(&self, buf: &'a mut [T]) -> Result<Registered<'a, T>> {
+        let (p, len) = (buf.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(buf));
+        let mut regs = Vec::new();
+        if len > 0 {
+            for t in &self.list {
+                // SAFETY: `buf` stays borrowed, so valid, while the
+                // registrations live: both go with the `Registered`.
+                regs.extend(unsafe { t.register(p, len) }?);
+            }
+        }
+        Ok(Registered { buf, regs })
     }
 
     /// This endpoint's doorbell.

@@ -157,7 +157,47 @@ pub fn large(g: &Group, seed: u64) -> Check {
     let mut call = 1 << 20;
     reductions::<f32, Sum>(g, seed, &mut call, LARGE, true)?;
     reductions::<i32, Prod>(g, seed, &mut call, LARGE, true)?;
+    registered::<f32, Sum>(g, seed, &mut call, LARGE)?;
     movements::<f32>(g, seed, &mut call, LARGE)
+}
+
+/// Calls on buffers registered with the group's RDMA devices (sent
+/// straight from them over RDMA, as they are elsewhere), twice, so that
+/// the second reuses the registration. Over the software provider with
+/// shared memory off, every rank's buffers must be registered.
+fn registered<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Check {
+    let comm = g.typed::<T>();
+    let (n, r) = (g.size(), g.rank());
+    *call += 1;
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, *call, k, n * count, true)).collect();
+    let want = reference::<T, O>(&ins);
+    let mine = r * count..(r + 1) * count;
+    let root = *call as usize % n;
+    let what = |s: &str| format!("{s}<{}, {}> on registered buffers, count {count}", T::NAME, O::NAME);
+    let (mut a, mut b, mut c) = (ins[r].clone(), vec![T::zeroed(); n * count], vec![T::zeroed(); count]);
+    let mut a = comm.register(&mut a).map_err(err)?;
+    let mut b = comm.register(&mut b).map_err(err)?;
+    let mut c = comm.register(&mut c).map_err(err)?;
+    let env = |k: &str| std::env::var(k).as_deref() == Ok("1");
+    if n > 1 && env("CCL_IB_SOFT") && env("CCL_SHM_DISABLE") && !(a.is_registered() && c.is_registered()) {
+        return Err(what("registration: none over RDMA"));
+    }
+    for _ in 0..2 {
+        a.copy_from_slice(&ins[r]);
+        comm.all_reduce_into(&a, &mut b, O::default()).map_err(err)?;
+        compare(&what("all_reduce_into"), &b, &want, n)?;
+        comm.all_reduce(&mut a, O::default()).map_err(err)?;
+        compare(&what("all_reduce"), &a, &want, n)?;
+        a.copy_from_slice(&ins[r]);
+        comm.reduce_scatter(&a, &mut c, O::default()).map_err(err)?;
+        compare(&what("reduce_scatter"), &c, &want[mine.clone()], n)?;
+        comm.all_gather(&c, &mut b).map_err(err)?;
+        compare(&what("all_gather"), &b, &want, n)?;
+        a.copy_from_slice(&ins[r]);
+        comm.broadcast(&mut a, root).map_err(err)?;
+        compare(&what("broadcast"), &a, &ins[root], 1)?;
+    }
+    Ok(())
 }
 
 /// Lengths of the shared-buffer calls: small (through the connections,

@@ -27,6 +27,7 @@ pub mod recv;
 pub mod send;
 mod setup;
 pub mod soft;
+mod spans;
 pub mod verbs;
 
 pub use recv::RdmaRecv;
@@ -66,6 +67,8 @@ struct Shared {
     hosts: Arc<[String]>,
     info: bool,
     watched: Mutex<Vec<Weak<Watch>>>,
+    /// The caller's memory registered for sending straight from it.
+    spans: Arc<spans::Spans>,
 }
 
 /// One connection's view of the transport: its peer, and what it shares.
@@ -186,7 +189,8 @@ impl Rdma {
                 eprintln!("ccl INFO rank {me}: TCP, not RDMA, to ranks {}", other.join(", "));
             }
         }
-        let shared = Arc::new(Shared { me, dev, dev_name, link, hosts, info, watched: Mutex::default() });
+        let spans = Arc::default();
+        let shared = Arc::new(Shared { me, dev, dev_name, link, hosts, info, watched: Mutex::default(), spans });
         Ok(Rdma { shared, tcp, ports, qps: 1, bell: Doorbell::new() })
     }
 
@@ -241,6 +245,12 @@ impl Transport for Rdma {
 
     fn uses_bell(&self) -> bool {
         false
+    }
+
+    unsafe fn register(&self, p: *mut u8, len: usize) -> Result<Option<super::Registration>> {
+        // SAFETY: valid until the span drops (the caller's contract).
+        let span = unsafe { spans::Span::new(&self.shared.spans, &self.shared.dev, p, len) }?;
+        Ok(Some(Box::new(span)))
     }
 }
 

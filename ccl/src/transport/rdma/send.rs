@@ -2,7 +2,9 @@
 //! memory here, each written into the receiver's slot of the same number
 //! with one write with immediate (the immediate: the message's sequence
 //! number); the receiver's credit word, written by the receiver, says how
-//! many of its slots it has freed.
+//! many of its slots it has freed. A message lent from memory the caller
+//! registered ([`spans`](super::spans)) is written straight from there,
+//! its fingerprint from the slot after it, in the same write.
 
 use super::mem::Registered;
 use super::qps::Qps;
@@ -38,6 +40,11 @@ pub struct RdmaSend {
     completed: Vec<bool>,
     /// Bytes of each slot's message.
     lens: Vec<usize>,
+    /// Each slot's message lent from registered memory, until its write
+    /// completes: where it is, and its registration's `lkey`.
+    from: Vec<Option<(usize, u32)>>,
+    /// Lent messages whose writes have not completed.
+    lent: usize,
     err: Option<Error>,
     comps: Vec<(usize, Completion)>,
 }
@@ -64,6 +71,8 @@ impl RdmaSend {
             done: 0,
             completed: vec![false; nslots],
             lens: vec![0; nslots],
+            from: vec![None; nslots],
+            lent: 0,
             err: None,
             comps: Vec::new(),
         })
@@ -109,7 +118,11 @@ impl RdmaSend {
             if c.wr_id < self.done || c.wr_id >= self.done + n {
                 return Err(self.fail(Error::internal(format!("rdma: completion of write {} outside the ring", c.wr_id))));
             }
-            self.completed[(c.wr_id % n) as usize] = true;
+            let slot = (c.wr_id % n) as usize;
+            self.completed[slot] = true;
+            if self.from[slot].take().is_some() {
+                self.lent = self.lent.saturating_sub(1);
+            }
         }
         while self.done < self.written && std::mem::take(&mut self.completed[(self.done % n) as usize]) {
             self.done += 1;
@@ -131,9 +144,13 @@ impl Drop for RdmaSend {
     }
 }
 
-/// Staged slots written into the receiver's; its completions are learned
-/// by polling a completion queue, whose channel is a descriptor.
-const OFFERS: Offers = Offers { lends: false, lands: false, pollable: true, staged: true, read_elsewhere: false };
+/// Staged slots written into the receiver's, or messages lent from
+/// registered memory; its completions are learned by polling a completion
+/// queue, whose channel is a descriptor.
+const OFFERS: Offers = Offers { lends: true, lands: false, pollable: true, staged: true, read_elsewhere: false };
+
+/// How long taking back or forgetting a lent message waits for its write.
+const LENT_WAIT: Duration = Duration::from_secs(10);
 
 impl SendVerbs for RdmaSend {
     fn offers(&self) -> Offers {
@@ -162,17 +179,63 @@ impl SendVerbs for RdmaSend {
     }
 
     fn post(&mut self, bytes: usize, fp: &[u64; 4]) {
+        self.publish(bytes, fp, None);
+    }
+
+    unsafe fn lend(&mut self, p: *const u8, bytes: usize, fp: &[u64; 4], _hold: bool) -> Result<()> {
+        if bytes > self.slot_bytes {
+            return Err(Error::internal(format!("rdma: a message of {bytes} bytes lent for a slot of {}", self.slot_bytes)));
+        }
         let slot = (self.posted % self.nslots as u64) as usize;
-        // SAFETY: the fingerprint goes right after the message, inside the slot (bytes <= slot_bytes <= stride - FP).
-        unsafe {
-            let at = self.ring.ptr().add(slot * self.stride + bytes);
-            std::ptr::copy_nonoverlapping(fp.as_ptr().cast::<u8>(), at, FP);
+        match self.link.shared.spans.find(p, bytes).filter(|_| bytes > 0) {
+            Some(mr) => self.publish(bytes, fp, Some((p as usize, mr.lkey))),
+            None => {
+                // SAFETY: `p` is valid for `bytes` bytes (lend's contract), which fit
+                // the slot `reserve` returned (checked above); the two do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(p, self.ring.ptr().add(slot * self.stride), bytes) };
+                self.publish(bytes, fp, None);
+            }
         }
-        self.lens[slot] = bytes;
-        self.posted += 1;
-        if let Err(e) = self.write_out() {
-            drop(self.fail(e));
+        Ok(())
+    }
+
+    fn lent(&self) -> usize {
+        self.lent
+    }
+
+    fn reclaim(&mut self, p: *const u8, bytes: usize) {
+        if self.lent == 0 {
+            return;
         }
+        let (lo, hi) = (p as usize, p as usize + bytes);
+        for seq in self.done..self.posted {
+            let slot = (seq % self.nslots as u64) as usize;
+            match self.from[slot] {
+                Some((a, _)) if a < hi && lo < a + self.lens[slot] => {}
+                _ => continue,
+            }
+            if seq >= self.written {
+                self.stage(slot);
+            } else {
+                self.wait_written(slot);
+            }
+        }
+    }
+
+    fn forget_lent(&mut self) {
+        for seq in self.done..self.posted {
+            let slot = (seq % self.nslots as u64) as usize;
+            if self.from[slot].is_none() {
+                continue;
+            }
+            if seq >= self.written {
+                self.stage(slot);
+            } else {
+                self.wait_written(slot);
+            }
+        }
+        self.from.iter_mut().for_each(|f| *f = None);
+        self.lent = 0;
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -189,6 +252,52 @@ impl SendVerbs for RdmaSend {
 }
 
 impl RdmaSend {
+    /// Publishes the message of `bytes` bytes in the slot `reserve` returned,
+    /// or lent `from` registered memory, as the next, with fingerprint `fp`.
+    fn publish(&mut self, bytes: usize, fp: &[u64; 4], from: Option<(usize, u32)>) {
+        let slot = (self.posted % self.nslots as u64) as usize;
+        // SAFETY: the fingerprint goes right after the message, inside the slot (bytes <= slot_bytes <= stride - FP).
+        unsafe {
+            let at = self.ring.ptr().add(slot * self.stride + bytes);
+            std::ptr::copy_nonoverlapping(fp.as_ptr().cast::<u8>(), at, FP);
+        }
+        self.lens[slot] = bytes;
+        self.from[slot] = from;
+        self.lent += usize::from(from.is_some());
+        self.posted += 1;
+        if let Err(e) = self.write_out() {
+            drop(self.fail(e));
+        }
+    }
+
+    /// Copies the lent message of `slot`, not yet written, into the slot,
+    /// to be written from there.
+    fn stage(&mut self, slot: usize) {
+        if let Some((a, _)) = self.from[slot].take() {
+            // SAFETY: lent memory of `lens[slot]` bytes, valid until taken back
+            // (lend's contract), copied into its own slot (which it fits).
+            unsafe { std::ptr::copy_nonoverlapping(a as *const u8, self.ring.ptr().add(slot * self.stride), self.lens[slot]) };
+            self.lent -= 1;
+        }
+    }
+
+    /// Waits (at most `LENT_WAIT`) until the write of `slot`'s lent message
+    /// has completed, or this end has failed, so that its memory may change.
+    fn wait_written(&mut self, slot: usize) {
+        let t = Instant::now();
+        while self.from[slot].is_some() && self.err.is_none() {
+            if self.poll().is_err() {
+                break;
+            }
+            if t.elapsed() > LENT_WAIT {
+                let e = Error::transport(format!("rdma: a write from lent memory did not complete in {LENT_WAIT:?}"));
+                drop(self.fail(e));
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// Writes every message posted and not yet written, once connected
     /// (until then they wait in their slots, as a socket's would in the
     /// kernel: a receiver that connects late holds no sender up).
@@ -197,11 +306,17 @@ impl RdmaSend {
         while self.written < self.posted {
             let seq = self.written;
             let off = (seq % self.nslots as u64) as usize * self.stride;
-            let len = self.lens[off / self.stride] + FP;
-            let local = Sge { addr: self.ring.mr().addr + off, len: len as u32, lkey: self.ring.mr().lkey };
+            let (slot, ring) = (off / self.stride, self.ring.mr());
+            let bytes = self.lens[slot];
             let to = Remote { addr: remote.addr + off as u64, rkey: remote.rkey };
-            // SAFETY: the slot stays untouched until its write completes (`done` passes it).
-            unsafe { self.qps.of(seq).post_write(seq, &[local], to, Some(seq as u32), true) }?;
+            let whole = [Sge { addr: ring.addr + off, len: (bytes + FP) as u32, lkey: ring.lkey }];
+            let lent = self.from[slot].map(|(a, lkey)| {
+                [Sge { addr: a, len: bytes as u32, lkey }, Sge { addr: ring.addr + off + bytes, len: FP as u32, lkey: ring.lkey }]
+            });
+            let local: &[Sge] = lent.as_ref().map_or(&whole, |l| l);
+            // SAFETY: the slot, and the lent memory (lend's contract, held until
+            // its completion clears `from`), stay untouched until the write completes.
+            unsafe { self.qps.of(seq).post_write(seq, local, to, Some(seq as u32), true) }?;
             self.written += 1;
         }
         Ok(())

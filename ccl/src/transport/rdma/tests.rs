@@ -73,10 +73,75 @@ fn stream(s: &mut SendConn, r: &mut RecvConn, n: usize, len: usize) -> Result<()
 fn messages_arrive_whole_in_order_with_their_fingerprints() {
     let (_a, _b, mut s, mut r) = conns(Geometry { nslots: 2, slot_bytes: 4096 });
     assert_eq!((s.slot_bytes(), r.slot_bytes()), (4096, 4096));
-    assert!(s.offers().pollable && s.offers().staged && !s.offers().lends);
+    assert!(s.offers().pollable && s.offers().staged && s.offers().lends);
     stream(&mut s, &mut r, 100, 4096).expect("full slots");
     stream(&mut s, &mut r, 50, 1).expect("one byte");
     stream(&mut s, &mut r, 10, 0).expect("empty messages");
+}
+
+/// Receives `n` messages and returns each one's bytes and fingerprint's first word.
+fn drain(s: &mut SendConn, r: &mut RecvConn, n: usize) -> Vec<(Vec<u8>, u64)> {
+    let mut got = Vec::new();
+    let t = Instant::now();
+    while got.len() < n && t.elapsed() < Duration::from_secs(30) {
+        s.flush().expect("flush");
+        if let Some((p, l, fp)) = r.peek().expect("peek") {
+            // SAFETY: a peeked message of `l` bytes, ours until released.
+            got.push((unsafe { std::slice::from_raw_parts(p, l) }.to_vec(), fp[0]));
+            r.release();
+        }
+    }
+    got
+}
+
+#[test]
+fn messages_lent_from_registered_memory_go_from_there_and_the_rest_are_copied() {
+    let (a, _b, mut s, mut r) = conns(Geometry { nslots: 8, slot_bytes: 4096 });
+    let mut mem: Vec<u8> = (0..4 * 4096).map(|_| rand::random()).collect();
+    let other: Vec<u8> = (0..4096).map(|_| rand::random()).collect();
+    let want: Vec<Vec<u8>> = mem.chunks(4096).map(<[u8]>::to_vec).chain([other.clone()]).collect();
+    // SAFETY: `mem` outlives the registration, dropped at the end.
+    let span = unsafe { a.register(mem.as_mut_ptr(), mem.len()) }.expect("register").expect("a span");
+    for (i, m) in mem.chunks(4096).enumerate() {
+        s.reserve(4096, false).expect("reserve").expect("a free slot");
+        // SAFETY: `mem` stays unchanged until `lent` is 0 below.
+        unsafe { s.lend(m.as_ptr(), m.len(), &[i as u64, 0, 0, 0], false) }.expect("lend");
+        assert_eq!(s.lent(), i + 1, "message {i} is written from registered memory");
+    }
+    s.reserve(4096, false).expect("reserve").expect("a free slot");
+    // SAFETY: `other` is valid; unregistered, it is copied at once.
+    unsafe { s.lend(other.as_ptr(), other.len(), &[4, 0, 0, 0], false) }.expect("lend");
+    assert_eq!(s.lent(), 4, "unregistered memory is copied into its slot");
+    let got = drain(&mut s, &mut r, 5);
+    assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    assert!(got.iter().zip(&want).all(|(g, w)| &g.0 == w), "every message's bytes");
+    let t = Instant::now();
+    while s.lent() > 0 && t.elapsed() < Duration::from_secs(10) {
+        s.flush().expect("flush");
+    }
+    assert_eq!(s.lent(), 0, "every lent write completed");
+    drop(span);
+}
+
+#[test]
+fn a_lent_message_taken_back_or_forgotten_leaves_its_memory_free_to_change() {
+    let (a, _b, mut s, mut r) = conns(Geometry { nslots: 8, slot_bytes: 4096 });
+    let mut mem = vec![7u8; 2 * 4096];
+    // SAFETY: `mem` outlives the registration, dropped at the end.
+    let span = unsafe { a.register(mem.as_mut_ptr(), mem.len()) }.expect("register");
+    for (i, m) in mem.chunks(4096).enumerate() {
+        s.reserve(4096, true).expect("reserve").expect("a free slot");
+        // SAFETY: `mem` stays unchanged until taken back or forgotten below.
+        unsafe { s.lend(m.as_ptr(), m.len(), &[i as u64, 0, 0, 0], true) }.expect("lend");
+    }
+    s.reclaim(mem.as_ptr(), 10);
+    assert_eq!(s.lent(), 1, "the first message taken back");
+    s.forget_lent();
+    assert_eq!(s.lent(), 0, "the second forgotten");
+    mem.fill(9);
+    let got = drain(&mut s, &mut r, 2);
+    assert!(got.iter().all(|(m, _)| m.len() == 4096 && m.iter().all(|&x| x == 7)), "what was lent arrives");
+    drop(span);
 }
 
 #[test]
