@@ -14,7 +14,8 @@
 #     said at INFO, which must name an rxe device;
 #  3. faults over it: a rank killed mid all-reduce (every survivor names a
 #     lost rank, exit 137);
-#  4. all-reduce between the hosts, 1 rank each, 8 B - 256 MiB (ccl-perf),
+#  4. all-reduce between the hosts, 1 rank each, 8 B - 256 MiB (ccl-perf;
+#     again at 64-256 MiB from registered buffers, --register),
 #     against ib_write_bw's bandwidth on the same link.
 # Prints a table last (docs/performance.md shows its format). Exit 0: all
 # right; 1: something wrong; 2: skipped (not root, no rdma_rxe, or the
@@ -98,8 +99,15 @@ echo "== 4. all-reduce against ib_write_bw"
 perf=$(run -np 2 --map-by node "$bins/ccl-perf" -C all_reduce -b 8 -e 256M -f 4 -n 20 -w 5 2>&1)
 echo "$perf" | grep -E "^ +[0-9]"
 # busbw (out of place) at 64 MiB and above, and the 8 B time
-busbw=$(awk '$1 ~ /^[0-9]+$/ && $1 >= 67108864 { if ($8 > m) m = $8 } END { print m + 0 }' <<<"$perf")
+top() { awk '$1 ~ /^[0-9]+$/ && $1 >= 67108864 { if ($8 > m) m = $8 } END { print m + 0 }'; }
+busbw=$(top <<<"$perf")
 lat=$(awk '$1 == 8 { print $6 }' <<<"$perf")
+# the same from registered buffers (sent without the copy into slots)
+reg=$(run -np 2 --map-by node "$bins/ccl-perf" -C all_reduce -b 64M -e 256M -f 4 -n 20 -w 5 --register 2>&1)
+echo "$reg" | grep -E "^ +[0-9]"
+regbw=$(top <<<"$reg")
+row "all_reduce busbw >= 64 MiB, registered buffers" "$([ "$regbw" != 0 ] && echo ok || echo WRONG)" \
+    "$regbw GB/s (from slots: $busbw GB/s)"
 wbw=
 if command -v ib_write_bw >/dev/null; then
     ns1=$(sed -n 1p "$dir/namespaces") ns2=$(sed -n 2p "$dir/namespaces")

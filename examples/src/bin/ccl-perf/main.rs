@@ -87,6 +87,10 @@ struct Args {
     /// registered buffers
     #[arg(long)]
     shared: bool,
+    /// Host buffers registered with the group's RDMA devices (`comm.register`): messages over
+    /// RDMA go straight from them, not through a copy into slots (no effect without RDMA)
+    #[arg(long)]
+    register: bool,
 }
 
 fn bytes(s: &str) -> Result<usize, String> {
@@ -265,7 +269,12 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
                 let (input, output) = (self.comm.alloc_shared(li)?, self.comm.alloc_shared(lo)?);
                 return self.on_host(count, bytes, input, output, in_place);
             }
-            return self.on_host(count, bytes, vec![T::zeroed(); li], vec![T::zeroed(); lo], in_place);
+            let (mut input, mut output) = (vec![T::zeroed(); li], vec![T::zeroed(); lo]);
+            if self.a.register {
+                let (input, output) = (self.comm.register(&mut input)?, self.comm.register(&mut output)?);
+                return self.on_host(count, bytes, input, output, in_place);
+            }
+            return self.on_host(count, bytes, input, output, in_place);
         };
         let mut input = vec![T::zeroed(); li];
         let mut output = vec![T::zeroed(); lo];
