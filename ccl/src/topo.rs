@@ -87,6 +87,32 @@ impl Hosts {
         self.pos.get(rank).copied().unwrap_or(0)
     }
 
+    /// The ring of channel `channel`: host by host as [`ring`](Self::ring),
+    /// but each host's ranks rotated to start at its `channel`-th (modulo
+    /// its size), so that channel `c` enters a host at local rank `c` and
+    /// leaves it from local rank `c - 1`: with a NIC per local rank, as many
+    /// channels as ranks per host cross between hosts through as many
+    /// NICs, where the plain ring sends every channel through one.
+    /// On one host the rotation would only renumber the places, so it is
+    /// the plain ring there.
+    pub fn channel_ring(&self, channel: usize) -> Vec<usize> {
+        if self.groups.len() < 2 {
+            return self.ring.clone();
+        }
+        self.groups.iter().flat_map(|g| g.iter().cycle().skip(channel % g.len()).take(g.len()).copied()).collect()
+    }
+
+    /// `rank`'s place in the ring of channel `channel`
+    /// ([`channel_ring`](Self::channel_ring)).
+    pub fn channel_ring_pos(&self, rank: usize, channel: usize) -> usize {
+        let pos = self.ring_pos(rank);
+        if self.groups.len() < 2 {
+            return pos;
+        }
+        let (local, s) = (self.local(rank), self.groups[self.host_of(rank)].len());
+        pos - local + (local + s - channel % s) % s
+    }
+
     /// `rank`'s place on its host: its index among the host's ranks.
     pub fn local(&self, rank: usize) -> usize {
         let g = &self.groups[self.host_of(rank).min(self.groups.len().saturating_sub(1))];
@@ -134,6 +160,24 @@ mod tests {
         assert_eq!(h.ring(), vec![0, 2, 1, 4, 3]);
         assert_eq!(Hosts::blocks(&[2, 1]).groups(), vec![vec![0, 1], vec![2]]);
         assert_eq!(h.subset(&[1, 3, 4]).groups(), vec![vec![0, 2], vec![1]]);
+    }
+
+    #[test]
+    fn each_channel_s_ring_enters_and_leaves_hosts_at_other_local_ranks() {
+        let h = Hosts::from_ids(&["a", "b", "a", "c", "b", "a"]);
+        assert_eq!(h.channel_ring(0), h.ring());
+        assert_eq!(h.channel_ring(1), [2, 5, 0, 4, 1, 3]);
+        assert_eq!(h.channel_ring(2), [5, 0, 2, 1, 4, 3]);
+        assert_eq!(h.channel_ring(6), h.ring(), "hosts of 3, 2 and 1 all come round");
+        for c in 0..7 {
+            let ring = h.channel_ring(c);
+            for (i, &r) in ring.iter().enumerate() {
+                assert_eq!(h.channel_ring_pos(r, c), i, "rank {r} on channel {c}");
+            }
+        }
+        let one = Hosts::flat(5);
+        assert_eq!(one.channel_ring(3), one.ring(), "one host: the plain ring");
+        assert_eq!(one.channel_ring_pos(4, 3), 4);
     }
 
     #[test]

@@ -52,6 +52,12 @@ fn ring() {
 }
 
 #[test]
+fn ring_on_three_channels_each_entering_hosts_elsewhere() {
+    // across hosts of 3, channel c enters each host at its c-th rank
+    matrix(Some(Algo::Ring), 3);
+}
+
+#[test]
 fn tree() {
     matrix(Some(Algo::Tree), 1);
 }

@@ -115,22 +115,24 @@ pub fn all_gather_ring(
     }
 }
 
-/// The rank's ring and its position in it.
-fn ring_of<'a>(p: &Params<'a>) -> (&'a [usize], usize) {
-    (p.hosts.ring(), p.hosts.ring_pos(p.rank))
+/// Channel `c`'s ring and the rank's position in it
+/// ([`Hosts::channel_ring`](crate::topo::Hosts::channel_ring)).
+fn ring_of(p: &Params, c: usize) -> (Vec<usize>, usize) {
+    (p.hosts.channel_ring(c), p.hosts.channel_ring_pos(p.rank, c))
 }
 
 /// All-reduce by ring: per channel, rounds of `n × chunk` elements.
 pub fn all_reduce(p: &Params) -> Schedule {
-    let (ring, pos) = ring_of(p);
-    let n = ring.len();
+    let n = p.nranks;
     let channels = split(0..p.count, p.channels)
         .into_iter()
-        .map(|range| {
+        .enumerate()
+        .map(|(c, range)| {
+            let (ring, pos) = ring_of(p, c);
             let mut ch = Vec::new();
             for k in 0..npieces(range.len(), n * p.chunk) {
                 let round = piece(&range, n * p.chunk, k);
-                all_reduce_round(&mut ch, ring, pos, &split(round, n), Buf::Input, Buf::Output);
+                all_reduce_round(&mut ch, &ring, pos, &split(round, n), Buf::Input, Buf::Output);
             }
             ch
         })
@@ -145,14 +147,15 @@ fn channel_blocks(ring: &[usize], count: usize, sub: &Range<usize>) -> Vec<Range
 
 /// Reduce-scatter by ring: input `n × count`, rank `r` keeps block `r`.
 pub fn reduce_scatter(p: &Params) -> Schedule {
-    let (ring, pos) = ring_of(p);
     let base = p.rank * p.count;
     let channels = split(0..p.count, p.channels)
         .iter()
-        .map(|sub| {
+        .enumerate()
+        .map(|(c, sub)| {
+            let (ring, pos) = ring_of(p, c);
             let mut ch = Vec::new();
-            let blocks = channel_blocks(ring, p.count, sub);
-            reduce_scatter_ring(&mut ch, ring, pos, &blocks, p.chunk, Buf::Input, &|r| reg_at(Buf::Output, r, base));
+            let blocks = channel_blocks(&ring, p.count, sub);
+            reduce_scatter_ring(&mut ch, &ring, pos, &blocks, p.chunk, Buf::Input, &|r| reg_at(Buf::Output, r, base));
             ch
         })
         .collect();
@@ -161,14 +164,15 @@ pub fn reduce_scatter(p: &Params) -> Schedule {
 
 /// All-gather by ring: input `count`, output `n × count` in rank order.
 pub fn all_gather(p: &Params) -> Schedule {
-    let (ring, pos) = ring_of(p);
     let base = p.rank * p.count;
     let channels = split(0..p.count, p.channels)
         .iter()
-        .map(|sub| {
+        .enumerate()
+        .map(|(c, sub)| {
+            let (ring, pos) = ring_of(p, c);
             let mut ch = Vec::new();
-            let blocks = channel_blocks(ring, p.count, sub);
-            all_gather_ring(&mut ch, ring, pos, &blocks, p.chunk, &|r| reg_at(Buf::Input, r, base), Buf::Output);
+            let blocks = channel_blocks(&ring, p.count, sub);
+            all_gather_ring(&mut ch, &ring, pos, &blocks, p.chunk, &|r| reg_at(Buf::Input, r, base), Buf::Output);
             ch
         })
         .collect();
@@ -178,7 +182,7 @@ pub fn all_gather(p: &Params) -> Schedule {
 /// The ring rotated so that the root comes first (its `i`-th rank), its
 /// length and our place in it.
 fn chain_from_root<'a>(p: &Params<'a>) -> (impl Fn(usize) -> usize + 'a, usize, usize) {
-    let (ring, pos) = ring_of(p);
+    let (ring, pos) = (p.hosts.ring(), p.hosts.ring_pos(p.rank));
     let n = ring.len();
     let rpos = p.hosts.ring_pos(p.root);
     (move |i: usize| ring[(rpos + i) % n], n, (pos + n - rpos) % n)

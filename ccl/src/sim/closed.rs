@@ -24,7 +24,7 @@ use std::cell::OnceCell;
 
 mod ring;
 mod tree;
-use ring::{halving_doubling, ring_all_reduce, ring_stage};
+use ring::{halving_doubling, rail_crowd, ring_all_reduce, ring_stage};
 use tree::{double_tree, root_copies, rooted_tree};
 
 /// What one step of a schedule does with its bytes (the simulator's
@@ -418,7 +418,8 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let kind = if call.coll == Coll::AllGather { Kind::CopySend } else { Kind::ReduceSend };
             // per channel, rounds of n pieces; each step moves one piece
             let (rounds, b) = r.pieces(count * elem / c, call.chunk);
-            let stage = ring_stage(r, kind, b, (n, h), (c, 1.0), rounds * (n - 1) as f64);
+            let rail = rail_crowd(c, n / h.max(1), r.m.nics);
+            let stage = ring_stage(r, kind, b, (n, h), (c, rail), rounds * (n - 1) as f64);
             // a round starts by copying our piece into a slot (and, for an
             // all-gather out of place, into the output); an all-gather's
             // last step copies out without passing on
@@ -440,7 +441,8 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
                 _ => Kind::Copy,
             };
             let (q, b) = r.pieces(s_ch, call.chunk);
-            let stage = ring_stage(r, kind, b, (n, h), (c, 1.0), 1.0);
+            // (a chain follows the plain ring: its channels share a link)
+            let stage = ring_stage(r, kind, b, (n, h), (c, c), 1.0);
             // a broadcast's root copies each piece into its output (out of
             // place) and into a slot for the next rank
             let root = if call.coll == Coll::Broadcast { root_copies(call, r, b, 1.0) * c } else { 0.0 };
@@ -485,7 +487,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             // reduce-scatter inside, a ring all-reduce across on a shard, all-gather inside
             let (rounds, b) = r.pieces(s_ch / p as f64, call.chunk.max(1));
             let steps = rounds * (p - 1) as f64;
-            let inside = |kind| ring_steps(ring_stage(r, kind, b, (p, 1), (c, 1.0), steps), steps);
+            let inside = |kind| ring_steps(ring_stage(r, kind, b, (p, 1), (c, c), steps), steps);
             let crowd = (p as f64 / nics).max(1.0);
             let across = ring_all_reduce(r, (h, h), s_ch / p as f64, call.chunk, c, crowd);
             inside(Kind::ReduceSend) + across + inside(Kind::CopySend)
@@ -621,6 +623,40 @@ mod tests {
     /// The closed form's time over the simulator's.
     fn ratio(c: &Call, a: Algo, hosts: &Hosts, m: &Model) -> f64 {
         closed_over_simulated(c, a, hosts, m).expect("both time it")
+    }
+
+    #[test]
+    fn neither_model_moves_more_between_hosts_than_their_links_carry() {
+        // of a vector of V bytes, each host sends (and takes) at least
+        // (h - 1) / h · V across for an all-gather or a reduce-scatter, twice
+        // that for an all-reduce, over its k links: no algorithm on any
+        // number of channels is predicted faster
+        let mut flattered = Vec::new();
+        for nics in [1, 8] {
+            let m = Model { nics, ..h100() };
+            for h in [2usize, 8] {
+                let (hosts, n) = (Hosts::blocks(&vec![8; h]), 8 * h);
+                for channels in [1, 8, 16] {
+                    for (coll, per) in [(Coll::AllReduce, 1usize << 30), (Coll::AllGather, (1 << 30) / n), (Coll::ReduceScatter, (1 << 30) / n)] {
+                        let c = Call { channels, ..call(coll, per) };
+                        let v = (if coll == Coll::AllReduce { c.count } else { n * c.count } * c.elem) as f64;
+                        let times = if coll == Coll::AllReduce { 2.0 } else { 1.0 };
+                        let floor = times * (h - 1) as f64 / h as f64 * v / (nics as f64 * m.inter.bandwidth);
+                        for &a in coll.algos() {
+                            let closed = estimate(&c, a, &hosts, &m).expect("closed");
+                            let sim = simulate(&c, a, &hosts, &m).expect("simulated").seconds;
+                            if closed.min(sim) < floor * 0.999 {
+                                flattered.push(format!(
+                                    "{coll} {a}, {nics} NICs, {h} hosts, {channels} channels: closed {closed:.4} s, \
+                                     simulated {sim:.4} s, the links need {floor:.4} s"
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(flattered.is_empty(), "{}", flattered.join("\n"));
     }
 
     #[test]

@@ -4,18 +4,31 @@
 
 use super::*;
 
+/// The most of `c` channels whose rings cross between hosts of `s` ranks
+/// through one of `nics` links: channel `ch` leaves a host from local rank
+/// `ch - 1` and enters the next at local rank `ch` (modulo `s`,
+/// `Hosts::channel_ring`), each rank using link `local % nics`.
+pub(super) fn rail_crowd(c: f64, s: usize, nics: usize) -> f64 {
+    let (c, s, nics) = (c.max(1.0) as usize, s.max(1), nics.max(1));
+    let mut on = vec![0usize; nics];
+    for ch in 0..c {
+        on[(ch % s) % nics] += 1;
+    }
+    on.into_iter().max().unwrap_or(1) as f64
+}
+
 /// The stage a ring moves at, over `steps` steps in a row: as busy as
-/// its slowest hop, across hosts where it crosses them (one rank per host
-/// sends across, its channels sharing the link), and as long to reach the
-/// next rank as its hops on average along the slowest path of `steps`
+/// its slowest hop, across hosts where it crosses them (`share` transfers,
+/// of its channels and others, on the busiest link), and as long to reach
+/// the next rank as its hops on average along the slowest path of `steps`
 /// hops (which crosses hosts `ceil(steps · hosts / n)` times: once per
 /// host it passes, and once more where it starts just before a crossing).
-pub(super) fn ring_stage(r: &Rates, kind: Kind, b: f64, (n, hosts): (usize, usize), (c, crowd): (f64, f64), steps: f64) -> Stage {
+pub(super) fn ring_stage(r: &Rates, kind: Kind, b: f64, (n, hosts): (usize, usize), (c, share): (f64, f64), steps: f64) -> Stage {
     let intra = r.hop(kind, b, false, 1.0, c);
     if hosts < 2 {
         return intra;
     }
-    let across = r.hop(kind, b, true, c * crowd, c);
+    let across = r.hop(kind, b, true, share, c);
     let steps = steps.max(1.0);
     let f = (steps * hosts as f64 / n as f64).ceil().min(steps) / steps;
     let mix = |a: f64, b: f64| a * (1.0 - f) + b * f;
@@ -29,7 +42,8 @@ pub(super) fn ring_stage(r: &Rates, kind: Kind, b: f64, (n, hosts): (usize, usiz
 
 /// A ring all-reduce of `s_ch` bytes per channel over `n` ranks on
 /// `hosts` hosts, in rounds of `n` pieces: reduce-scatter then all-gather
-/// steps; `crowd` rings of a host share its links.
+/// steps; the channels cross hosts on links of their own where they can
+/// ([`rail_crowd`]), and `crowd` rings of a host share each.
 pub(super) fn ring_all_reduce(r: &Rates, (n, hosts): (usize, usize), s_ch: f64, chunk: usize, c: f64, crowd: f64) -> f64 {
     if n < 2 {
         return 0.0;
@@ -37,7 +51,8 @@ pub(super) fn ring_all_reduce(r: &Rates, (n, hosts): (usize, usize), s_ch: f64, 
     let (rounds, b) = r.pieces(s_ch / n as f64, chunk);
     let steps = rounds * (n - 1) as f64;
     // (the reduce-scatter's and the all-gather's steps in a row)
-    let stage = |kind| ring_stage(r, kind, b, (n, hosts), (c, crowd), 2.0 * steps);
+    let share = rail_crowd(c, n / hosts.max(1), r.m.nics) * crowd;
+    let stage = |kind| ring_stage(r, kind, b, (n, hosts), (c, share), 2.0 * steps);
     // each round starts with a piece copied into a slot (its last step,
     // a piece copied out, is the all-gather's: the reduce-scatter's last
     // step copies out only what it has just reduced, from the cache)
