@@ -290,8 +290,8 @@ knobs! {
     gpu_slot: Option<usize> = None, "CCL_GPU_SLOT", "auto";
     /// 1: every device call is finished by the communicator's proxy thread, as calls over tcp are (for checking that path on one host).
     gpu_proxy: bool = false, "CCL_GPU_PROXY", "0";
-    /// Channels (independent rings or trees) each call is spread over.
-    nchannels: usize = 1, "CCL_NCHANNELS", "1";
+    /// Channels (independent rings or trees) each call is spread over (1-64); auto: 1 on one host, across hosts as many of 1, 2, 4, 8, 16 as the cost model predicts 10 % faster than fewer.
+    nchannels: Option<usize> = None, "CCL_NCHANNELS", "auto";
     /// Bytes of slot memory per connection, split into 32 slots (2 where every connection of a group is TCP); auto: 2M where every rank of the machine has a core of its own and talks through memory, else 1M.
     buffsize: Option<usize> = None, "CCL_BUFFSIZE", "auto";
     /// Bytes per pipeline piece; 0 picks half a connection's slots (larger values are capped there, and smaller ones raised so that a call has at most 1024 pieces).
@@ -438,8 +438,8 @@ impl Config {
         let bad = |var: &'static str, value: String, why: &str| {
             Err(Error::new(ErrorKind::Config { var, value, why: why.into() }))
         };
-        if self.nchannels == 0 || self.nchannels > 64 {
-            return bad("CCL_NCHANNELS", self.nchannels.to_string(), "expected 1..=64");
+        if let Some(c) = self.nchannels.filter(|c| !(1..=64).contains(c)) {
+            return bad("CCL_NCHANNELS", c.to_string(), "expected 1..=64, or auto");
         }
         if let Some(s) = self.gpu_slot.filter(|s| !s.is_multiple_of(64) || !(64..=1 << 30).contains(s)) {
             return bad("CCL_GPU_SLOT", s.to_string(), "expected a multiple of 64 bytes ..= 1 GiB, or auto");

@@ -18,7 +18,13 @@ const RANKS: [usize; 8] = [1, 2, 3, 4, 5, 7, 8, 16];
 
 /// Small slots (512 B) so that 700 elements take several slots and pieces.
 fn config(algo: Option<Algo>, channels: usize) -> Config {
-    Config { algo, nchannels: channels, buffsize: Some(16384), timeout: Duration::from_secs(120), ..Config::default() }
+    Config {
+        algo,
+        nchannels: Some(channels),
+        buffsize: Some(16384),
+        timeout: Duration::from_secs(120),
+        ..Config::default()
+    }
 }
 
 /// Hosts of up to 3 ranks, for the hierarchical forms.

@@ -23,12 +23,12 @@ fn matrix(algo: Option<Algo>, nchannels: usize) {
 
 /// [`matrix`] with the ranks on hosts of `sizes(ranks)` ranks each.
 fn matrix_on(algo: Option<Algo>, nchannels: usize, sizes: fn(usize) -> Vec<usize>) {
-    matrix_with(Config { algo, nchannels, ..Config::default() }, sizes);
+    matrix_with(Config { algo, nchannels: Some(nchannels), ..Config::default() }, sizes);
 }
 
 /// [`matrix`] with every device call finished by the proxy thread.
 fn matrix_proxied(algo: Option<Algo>, nchannels: usize) {
-    matrix_with(Config { algo, nchannels, gpu_proxy: true, ..Config::default() }, |n| vec![n]);
+    matrix_with(Config { algo, nchannels: Some(nchannels), gpu_proxy: true, ..Config::default() }, |n| vec![n]);
 }
 
 fn matrix_with(config: Config, sizes: fn(usize) -> Vec<usize>) {
@@ -288,7 +288,12 @@ fn a_missing_wait_on_a_flag_shows_as_wrong_data() {
 fn collectives_captured_into_a_graph_replay_right() {
     let seed = seed();
     for (n, nchannels) in [(1, 1), (2, 1), (3, 1), (3, 2)] {
-        let config = Config { gpu_slot: Some(4096), nchannels, timeout: Duration::from_secs(60), ..Config::default() };
+        let config = Config {
+            gpu_slot: Some(4096),
+            nchannels: Some(nchannels),
+            timeout: Duration::from_secs(60),
+            ..Config::default()
+        };
         let out = LocalJob::new(n).config(config).run(|g| graphs_on(&g, &Gpu::emulated(0), seed));
         for (rank, r) in out.into_iter().enumerate() {
             if let Err(e) = r {

@@ -1,5 +1,12 @@
 //! Choosing the algorithm, channels and piece size of a call.
 //!
+//! Channels: on one host a call runs on one (each channel there is the
+//! same ring, and more of them only share the same cores); across hosts
+//! the model prices 1, 2, 4, 8 and 16 channels, each channel's ring
+//! crossing between hosts at other ranks and so through other NICs
+//! ([`Hosts::channel_ring`]), and a call takes more channels only where
+//! they are predicted at least [`CHANNEL_GAIN`] faster than fewer.
+//!
 //! The cost model decides: for the first call of each collective, element
 //! size and size class (a power of two of bytes), every algorithm that
 //! implements the collective is priced by the closed-form model
@@ -76,8 +83,8 @@ pub struct Tuner {
     loud: bool,
     model: Mutex<Model>,
     rules: Mutex<Rules>,
-    /// The choices made so far.
-    memo: Mutex<HashMap<MemoKey, Algo>>,
+    /// The choices made so far: algorithm and channels.
+    memo: Mutex<HashMap<MemoKey, (Algo, usize)>>,
     /// Counts changes of model or rules: a choice remembered elsewhere is
     /// current while this has not moved.
     generation: AtomicU64,
@@ -88,6 +95,14 @@ pub struct Tuner {
 /// What a remembered choice holds for: collective, element size, size
 /// class, on shared buffers in place or not.
 type MemoKey = (Coll, usize, u32, Option<bool>);
+
+/// The channel counts the model prices for calls across hosts.
+pub const AUTO_CHANNELS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// How much faster (a fraction) the model must predict a call on more
+/// channels before it takes them: each channel costs connections, slot
+/// memory and steps the model prices only in part.
+pub const CHANNEL_GAIN: f64 = 0.1;
 
 /// The size class of `bytes`: the exponent of the next power of two.
 pub fn size_class(bytes: usize) -> u32 {
@@ -177,31 +192,39 @@ impl Tuner {
                 (b / elem).max(fewest).clamp(1, max_chunk)
             }
         };
-        let channels = cfg.nchannels;
         let candidates = candidates(coll, shared);
-        let algo = match cfg.algo.filter(|a| candidates.contains(a)) {
-            Some(forced) => forced,
-            None if candidates.len() == 1 => candidates[0],
-            None => {
+        let forced = cfg.algo.filter(|a| candidates.contains(a));
+        let widths: &[usize] = match cfg.nchannels {
+            Some(ref c) => std::slice::from_ref(c),
+            None if hosts.groups().len() < 2 || coll.p2p() || coll == Coll::Barrier => &[1],
+            None => &AUTO_CHANNELS,
+        };
+        let (algo, channels) = match (forced, widths) {
+            (Some(a), &[c]) => (a, c),
+            (None, &[c]) if candidates.len() == 1 => (candidates[0], c),
+            _ => {
                 let class = size_class(count.saturating_mul(elem));
                 let key = (coll, elem, class, shared);
                 let memo = self.memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
                 match memo {
-                    Some(a) => a,
+                    // (a forced channel count stands, whatever was remembered)
+                    Some((a, c)) => (a, if let &[w] = widths { w } else { c }),
                     None => {
                         // a rule from CCL_TUNE_FILE first (measured on
                         // private buffers), else the model; either is remembered
                         let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
                         let ruled = rules.get(coll, hosts.nranks(), hosts.groups().len(), class);
                         drop(rules);
-                        let call =
-                            Call { coll, count, elem, root: 0, channels, chunk, slot: slot_elems, in_place: false };
-                        let a = match ruled {
-                            Some(a) if shared.is_none() => a,
-                            _ => self.predict_best(&call, hosts, cfg, shared),
+                        let algos = match (forced, ruled) {
+                            (Some(a), _) => vec![a],
+                            (None, Some(a)) if shared.is_none() => vec![a],
+                            _ => candidates.clone(),
                         };
-                        self.memo.lock().unwrap_or_else(|p| p.into_inner()).insert(key, a);
-                        a
+                        let call =
+                            Call { coll, count, elem, root: 0, channels: 1, chunk, slot: slot_elems, in_place: false };
+                        let choice = self.predict_best(&call, &algos, widths, hosts, cfg, shared);
+                        self.memo.lock().unwrap_or_else(|p| p.into_inner()).insert(key, choice);
+                        choice
                     }
                 }
             }
@@ -210,22 +233,45 @@ impl Tuner {
         Choice { algo, channels, chunk, slot_elems }
     }
 
-    /// Times every algorithm for `call` and returns the fastest; under
-    /// `CCL_DEBUG=INFO` says what it chose and why.
-    fn predict_best(&self, call: &Call, hosts: &Hosts, cfg: &Config, shared: Option<bool>) -> Algo {
+    /// Times `algos` for `call` on each of `widths` channels and returns
+    /// the fastest, on the fewest channels within [`CHANNEL_GAIN`] of it;
+    /// under `CCL_DEBUG=INFO` says what it chose and why.
+    fn predict_best(
+        &self,
+        call: &Call,
+        algos: &[Algo],
+        widths: &[usize],
+        hosts: &Hosts,
+        cfg: &Config,
+        shared: Option<bool>,
+    ) -> (Algo, usize) {
         let model = self.model();
-        let times = match shared {
-            None => ranked(call, hosts, &model),
-            Some(in_place) => ranked_on_shared(call, in_place, hosts, &model),
-        };
-        let &Call { coll, count, elem, channels, chunk, slot, .. } = call;
-        let best = times.first().map_or(coll.algos()[0], |t| t.0);
-        let chunk = if best == Algo::Direct && shared.is_some() { shared_block(elem) } else { chunk };
+        let mut best: Option<(usize, Vec<(Algo, f64)>)> = None;
+        for &channels in widths {
+            let call = Call { channels, ..*call };
+            let mut times = match shared {
+                None if algos == candidates(call.coll, None) => ranked(&call, hosts, &model),
+                None => predictions_among(&call, algos, hosts, &model, true),
+                Some(in_place) => ranked_on_shared(&call, in_place, hosts, &model),
+            };
+            times.retain(|t| algos.contains(&t.0) || shared.is_some());
+            let (Some(&(_, t)), Some((_, fewer))) = (times.first(), &best) else {
+                best = best.or(Some((channels, times)));
+                continue;
+            };
+            if fewer.first().is_none_or(|f| t < f.1 * (1.0 - CHANNEL_GAIN)) {
+                best = Some((channels, times));
+            }
+        }
+        let (channels, times) = best.unwrap_or((1, Vec::new()));
+        let &Call { coll, count, elem, chunk, slot, .. } = call;
+        let algo = times.first().map_or(algos.first().copied().unwrap_or(coll.algos()[0]), |t| t.0);
+        let chunk = if algo == Algo::Direct && shared.is_some() { shared_block(elem) } else { chunk };
         if self.loud && cfg.debug >= LogLevel::Info {
             let bytes = count.saturating_mul(elem);
             let why: Vec<String> = times.iter().map(|(a, t)| format!("{a} {:.1} us", t * 1e6)).collect();
             eprintln!(
-                "ccl INFO {coll} {} class (first call {bytes} B) on {} ranks / {} hosts: {best}, {channels} channel(s), \
+                "ccl INFO {coll} {} class (first call {bytes} B) on {} ranks / {} hosts: {algo}, {channels} channel(s), \
                  pieces of {chunk} elements in slots of {slot}; predicted {} (network {})",
                 human(1usize << size_class(bytes)),
                 hosts.nranks(),
@@ -234,7 +280,7 @@ impl Tuner {
                 model.inter,
             );
         }
-        best
+        (algo, channels)
     }
 }
 
@@ -452,6 +498,30 @@ mod tests {
         assert_eq!(t.choose(Coll::AllReduce, (1 << 22) - 5, 4, &hosts, &cfg, None).algo, a_slow);
         assert_eq!(size_class(4096), 12);
         assert_eq!(size_class(4097), 13);
+    }
+
+    #[test]
+    fn across_hosts_large_calls_take_the_channels_the_nics_reward_and_small_ones_one() {
+        let cfg = Config::default();
+        let t = Tuner::new(Model::H100, false);
+        let hosts = Hosts::blocks(&[8; 8]);
+        let big = t.choose(Coll::AllReduce, 1 << 28, 4, &hosts, &cfg, None);
+        assert!(big.channels >= 8, "{big:?}");
+        for bytes in [8usize, 4096] {
+            let small = t.choose(Coll::AllReduce, bytes / 4, 4, &hosts, &cfg, None);
+            assert_eq!(small.channels, 1, "{bytes} B: {small:?}");
+        }
+        // one NIC per host: channels cross through it all the same
+        let one_nic = Tuner::new(Model { nics: 1, ..Model::H100 }, false);
+        assert!(one_nic.choose(Coll::AllReduce, 1 << 28, 4, &hosts, &cfg, None).channels < big.channels);
+        // one host: one channel; CCL_NCHANNELS forces, with or without CCL_ALGO
+        assert_eq!(t.choose(Coll::AllReduce, 1 << 28, 4, &Hosts::flat(8), &cfg, None).channels, 1);
+        let three = Config { nchannels: Some(3), ..Config::default() };
+        assert_eq!(t.choose(Coll::AllReduce, 1 << 28, 4, &hosts, &three, None).channels, 3);
+        let ring = Config { algo: Some(Algo::Ring), ..Config::default() };
+        let forced = t.choose(Coll::AllReduce, 1 << 28, 4, &hosts, &ring, None);
+        assert_eq!(forced.algo, Algo::Ring);
+        assert!(forced.channels >= 8, "{forced:?}");
     }
 
     #[test]
