@@ -95,6 +95,12 @@ fn ccl_sim_simulates_every_algorithm_at_4096_ranks_and_refuses_a_zero_rate() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("[rank] copy_gb_s = 0: must be above 0"), "{err}");
+    // NICs that do not divide a host's ranks: an error naming the line
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_ccl-sim")).args([&*topo, "--ranks-per-host", "6"]).output().expect("ccl-sim");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("h100-8x8-ib.toml:14: [inter] nics = 8 does not divide the 6 ranks of a host"), "{err}");
 }
 
 /// `N of M` pairs in a `ccl-sim --compare` summary line: times within 10 %

@@ -208,6 +208,16 @@ fn run(a: &Args) -> Result<(), String> {
     if nh == 0 || per == 0 || nh * per > 1 << 16 {
         return Err(format!("{nh} hosts × {per} ranks: expected 1 ..= 65536 ranks"));
     }
+    let nics = t.inter.nics;
+    if nics == 0 || !per.is_multiple_of(nics) {
+        // each rank crosses through NIC `local rank % nics`: a count that
+        // does not divide the ranks would load some NICs more than others
+        let line = text.lines().position(|l| l.trim_start().starts_with("nics")).map_or(0, |i| i + 1);
+        return Err(format!(
+            "{}:{line}: [inter] nics = {nics} does not divide the {per} ranks of a host (expected a divisor of {per})",
+            a.topology.display()
+        ));
+    }
     let coll = Coll::ALL
         .into_iter()
         .find(|c| c.name() == a.coll.replace('-', "_") && !matches!(c, Coll::Send | Coll::Recv | Coll::Barrier))
@@ -217,7 +227,7 @@ fn run(a: &Args) -> Result<(), String> {
         first_slot: t.intra.first_slot_gb_s * 1e9,
         first_max: (t.intra.first_slot_kib * 1024.0) as usize,
         inter: link(t.inter.latency_us, t.inter.bandwidth_gb_s),
-        nics: t.inter.nics.max(1),
+        nics,
         bucket: bucket(&t.inter).map_err(|e| format!("{}: {e}", a.topology.display()))?,
         copy: t.rank.copy_gb_s * 1e9,
         reduce: t.rank.reduce_gb_s * 1e9,
