@@ -207,8 +207,8 @@ impl Tuner {
                 let key = (coll, elem, class, shared);
                 let memo = self.memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
                 match memo {
-                    // (a forced channel count stands, whatever was remembered)
-                    Some((a, c)) => (a, if let &[w] = widths { w } else { c }),
+                    // (what is forced stands, whatever was remembered)
+                    Some((a, c)) => (forced.unwrap_or(a), if let &[w] = widths { w } else { c }),
                     None => {
                         // a rule from CCL_TUNE_FILE first (measured on
                         // private buffers), else the model; either is remembered
