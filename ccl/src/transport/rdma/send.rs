@@ -3,7 +3,7 @@
 //! with one write with immediate (the immediate: the message's sequence
 //! number); the receiver's credit word, written by the receiver, says how
 //! many of its slots it has freed. A message lent from memory the caller
-//! registered ([`spans`](super::spans)) is written straight from there,
+//! registered (`rdma/spans.rs`) is written straight from there,
 //! its fingerprint from the slot after it, in the same write.
 
 use super::mem::Registered;
