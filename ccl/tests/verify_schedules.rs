@@ -103,12 +103,12 @@ fn shared_buffer_schedules_for_1_to_64_ranks() {
     }
 }
 
-/// Rings of their own per channel (each host's ranks rotated by the
-/// channel, `Hosts::channel_ring`) across hosts of every shape: 1..=64
+/// Rings and trees of their own per channel (each host's ranks rotated by
+/// the channel, `Hosts::channel_ring`) across hosts of every shape: 1..=64
 /// ranks on 3 and 4 channels, hosts of 2 to 5 ranks (the last one smaller)
 /// and hosts whose ranks are not adjacent.
 #[test]
-fn channel_rings_across_hosts_for_1_to_64_ranks() {
+fn channel_rings_and_trees_across_hosts_for_1_to_64_ranks() {
     for n in 1..=64usize {
         for (coll, algo) in
             [(Coll::AllReduce, Algo::Ring), (Coll::ReduceScatter, Algo::Ring), (Coll::AllGather, Algo::Ring)]

@@ -236,9 +236,13 @@ fn second_inv(n: usize, j: usize) -> usize {
     }
 }
 
-/// The two trees of the double tree: over ranks on one host, over hosts
-/// (chains inside) on several.
-fn double_tree(p: &Params) -> [RankTree; 2] {
+/// The two trees of the double tree of channel `c`: over ranks on one
+/// host, over hosts (chains inside) on several, each chain rotated by `c`
+/// so that every channel's trees cross between hosts at other ranks, and
+/// so through other NICs (as its ring does, [`Hosts::channel_ring`]).
+///
+/// [`Hosts::channel_ring`]: crate::topo::Hosts::channel_ring
+fn double_tree(p: &Params, c: usize) -> [RankTree; 2] {
     let groups = p.hosts.groups();
     let (h, l) = (p.hosts.host_of(p.rank), p.hosts.local(p.rank));
     if groups.len() < 2 {
@@ -246,20 +250,27 @@ fn double_tree(p: &Params) -> [RankTree; 2] {
         return [tree_at(n, |i| order[i], pos), tree_at(n, |i| order[second(n, i)], second_inv(n, pos))];
     }
     let nh = groups.len();
-    let first = HostView { hosts: nh, len: |h: usize| groups[h].len(), at: |h: usize, l: usize| groups[h][l] };
+    // chain place `x` of host `h` holds local rank `(x + c) % len`
+    let turn = |len: usize, x: usize| (x + c) % len;
+    let first = HostView { hosts: nh, len: |h: usize| groups[h].len(), at: |h: usize, x: usize| groups[h][turn(groups[h].len(), x)] };
     // hosts relabelled, every chain reversed
     let g = |i: usize| &groups[second(nh, i)];
-    let reversed =
-        HostView { hosts: nh, len: |i: usize| g(i).len(), at: |i: usize, l: usize| g(i)[g(i).len() - 1 - l] };
-    [first.tree((h, l)), reversed.tree((second_inv(nh, h), groups[h].len() - 1 - l))]
+    let reversed = HostView {
+        hosts: nh,
+        len: |i: usize| g(i).len(),
+        at: |i: usize, x: usize| g(i)[turn(g(i).len(), g(i).len() - 1 - x)],
+    };
+    let len = groups[h].len();
+    let (x, y) = ((l + len - c % len) % len, (len - 1 + c % len + len - l) % len);
+    [first.tree((h, x)), reversed.tree((second_inv(nh, h), y))]
 }
 
 /// All-reduce by double binary tree: each channel's range is halved, one
 /// half reduced and broadcast on each tree, the trees on separate channels.
 pub fn all_reduce(p: &Params) -> Schedule {
-    let trees = double_tree(p);
     let mut channels = Vec::new();
-    for range in split(0..p.count, p.channels) {
+    for (c, range) in split(0..p.count, p.channels).into_iter().enumerate() {
+        let trees = double_tree(p, c);
         for (half, t) in split(range, 2).iter().zip(&trees) {
             let mut ch = Vec::new();
             up_down(&mut ch, t, half, p.chunk, Buf::Input, Buf::Output);
@@ -441,7 +452,7 @@ mod tests {
             for rank in 0..n {
                 for root in [0, n / 2, n - 1] {
                     let p = Params { nranks: n, rank, count: 1, root, channels: 1, chunk: 1, in_place: false, around: false, hosts: &hosts };
-                    let [a, b] = double_tree(&p);
+                    let [a, b] = double_tree(&p, 0);
                     if groups.len() < 2 {
                         let order = hosts.ring().to_vec();
                         assert_eq!(mine(a), rank_tree_by_order(&order, rank), "{sizes:?} rank {rank}");
@@ -483,7 +494,7 @@ mod tests {
                 let p = Params { nranks: n, rank, count, root: 0, channels: 1, chunk, in_place: false, around: false, hosts: &hosts };
                 let s = all_reduce(&p);
                 let halves = split(0..count, 2);
-                for ((t, ch), half) in double_tree(&p).iter().zip(&s.channels).zip(&halves) {
+                for ((t, ch), half) in double_tree(&p, 0).iter().zip(&s.channels).zip(&halves) {
                     if t.parent.is_some() {
                         continue;
                     }
@@ -506,6 +517,32 @@ mod tests {
     }
 
     #[test]
+    fn each_channel_s_trees_cross_between_hosts_at_other_ranks() {
+        use crate::topo::Hosts;
+        for sizes in [vec![4, 4, 4], vec![3, 2, 4, 1]] {
+            let hosts = Hosts::blocks(&sizes);
+            let n = hosts.nranks();
+            for c in 0..5 {
+                // the locals that cross, per host and tree
+                let mut heads = vec![[Vec::new(), Vec::new()]; sizes.len()];
+                for rank in 0..n {
+                    let p = Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: false, around: false, hosts: &hosts };
+                    for (t, tree) in double_tree(&p, c).iter().enumerate() {
+                        let mut links = tree.parent.iter().chain(&tree.children);
+                        if links.any(|&o| hosts.host_of(o) != hosts.host_of(rank)) {
+                            heads[hosts.host_of(rank)][t].push(hosts.local(rank));
+                        }
+                    }
+                }
+                for (h, &len) in sizes.iter().enumerate() {
+                    // tree one's chain starts at local c, tree two's at local c - 1
+                    assert_eq!(heads[h], [vec![c % len], vec![(c + len - 1) % len]], "{sizes:?} channel {c} host {h}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn across_hosts_only_chain_heads_cross() {
         use crate::topo::Hosts;
         for sizes in [vec![2, 2, 2, 2], vec![3, 1, 2], vec![1, 1, 1, 1, 1], vec![4, 4, 4]] {
@@ -515,7 +552,7 @@ mod tests {
             for rank in 0..n {
                 let p =
                     Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: true, around: false, hosts: &hosts };
-                let trees = double_tree(&p);
+                let trees = double_tree(&p, 0);
                 for (t, tree) in trees.iter().enumerate() {
                     let links = tree.parent.iter().chain(&tree.children);
                     let crossing: Vec<&usize> = links.filter(|&&o| hosts.host_of(o) != hosts.host_of(rank)).collect();

@@ -25,7 +25,7 @@ use std::cell::OnceCell;
 mod ring;
 mod tree;
 use ring::{halving_doubling, rail_crowd, ring_all_reduce, ring_stage};
-use tree::{double_tree, root_copies, rooted_tree};
+use tree::{double_tree, root_copies, rooted_tree, tree_heads};
 
 /// What one step of a schedule does with its bytes (the simulator's
 /// `work` by step kind).
@@ -362,8 +362,14 @@ fn link_bytes(call: &Call, algo: Algo, r: &Rates) -> f64 {
             // children's halves in and its parent's, or out the other way)
             // and a leaf in the other, on the same link where the heads'
             // local ranks share one
-            let shared = if (r.per_host - 1).is_multiple_of(r.m.nics.max(1)) { 1.0 } else { 0.0 };
-            (kids + parent + shared) * s / 2.0
+            // (the channels' heads spread over the links, `tree_heads`: each
+            // link carries its channels' shares)
+            let inner = kids + parent;
+            let busiest = tree_heads(r.channels, r.per_host, r.m.nics)
+                .into_iter()
+                .map(|(a, b)| (a * inner + b).max(a + b * inner))
+                .fold(0.0, f64::max);
+            busiest * s / 2.0 / r.channels
         }
         (Coll::Broadcast | Coll::Reduce, Algo::Tree) => kids * s,
         (Coll::Broadcast | Coll::Reduce, _) => s,

@@ -3,6 +3,27 @@
 
 use super::*;
 
+/// Where a double tree's channels cross between hosts of `p` ranks with
+/// `nics` links: channel `ch`'s first tree at local rank `ch`, its second
+/// at `ch - 1` (modulo `p`, the chains rotated as the rings are), each rank
+/// on link `local % nics`. Per link: the channels crossing there in the
+/// first tree and in the second.
+pub(super) fn tree_heads(c: f64, p: usize, nics: usize) -> Vec<(f64, f64)> {
+    let (c, p, nics) = (c.max(1.0) as usize, p.max(1), nics.max(1));
+    let mut on = vec![(0.0, 0.0); nics];
+    for ch in 0..c {
+        on[(ch % p) % nics].0 += 1.0;
+        on[((ch + p - 1) % p) % nics].1 += 1.0;
+    }
+    on
+}
+
+/// The most channels whose double trees cross through one link of a host
+/// ([`tree_heads`]), in either tree.
+fn tree_crowd(r: &Rates) -> f64 {
+    tree_heads(r.channels, r.per_host, r.m.nics).iter().map(|&(a, b)| if r.per_host > 1 { a + b - a.min(b) } else { a }).fold(1.0, f64::max)
+}
+
 /// The deepest path down (or up) a tree, seconds.
 struct TreePath {
     /// Its hops, one per level, from the first slot sent to the last
@@ -37,7 +58,7 @@ fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64, whole: bool) -> TreePath {
         let hops = if levels > 0.0 { ends + levels * si.hop() } else { 0.0 };
         return TreePath { hops, siblings: (levels - 1.0).max(0.0) * more_kids, root: more_kids };
     }
-    let sa = r.hop(kind, b, true, c, c);
+    let sa = r.hop(kind, b, true, if whole { c } else { tree_crowd(r) }, c);
     let (chain, levels) = ((p - 1) as f64, log2_ceil(h));
     let more_kids = if most_kids(h) > 1.0 { sa.each } else { 0.0 };
     let ends = if p > 1 { ends } else { ends + si.first - sa.first };
