@@ -21,7 +21,7 @@ pub(super) fn tree_heads(c: f64, p: usize, nics: usize) -> Vec<(f64, f64)> {
 /// The most channels whose double trees cross through one link of a host
 /// ([`tree_heads`]), in either tree.
 fn tree_crowd(r: &Rates) -> f64 {
-    tree_heads(r.channels, r.per_host, r.m.nics).iter().map(|&(a, b)| if r.per_host > 1 { a + b - a.min(b) } else { a }).fold(1.0, f64::max)
+    tree_heads(r.channels, r.per_host, r.m.nics).iter().map(|&(a, b)| a.max(b)).fold(1.0, f64::max)
 }
 
 /// The deepest path down (or up) a tree, seconds.
