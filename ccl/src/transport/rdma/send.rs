@@ -204,36 +204,14 @@ impl SendVerbs for RdmaSend {
     }
 
     fn reclaim(&mut self, p: *const u8, bytes: usize) {
-        if self.lent == 0 {
-            return;
-        }
-        let (lo, hi) = (p as usize, p as usize + bytes);
-        for seq in self.done..self.posted {
-            let slot = (seq % self.nslots as u64) as usize;
-            match self.from[slot] {
-                Some((a, _)) if a < hi && lo < a + self.lens[slot] => {}
-                _ => continue,
-            }
-            if seq >= self.written {
-                self.stage(slot);
-            } else {
-                self.wait_written(slot);
-            }
+        if self.lent > 0 {
+            let (lo, hi) = (p as usize, p as usize + bytes);
+            self.take_back(|a, len| a < hi && lo < a + len);
         }
     }
 
     fn forget_lent(&mut self) {
-        for seq in self.done..self.posted {
-            let slot = (seq % self.nslots as u64) as usize;
-            if self.from[slot].is_none() {
-                continue;
-            }
-            if seq >= self.written {
-                self.stage(slot);
-            } else {
-                self.wait_written(slot);
-            }
-        }
+        self.take_back(|_, _| true);
         self.from.iter_mut().for_each(|f| *f = None);
         self.lent = 0;
     }
@@ -267,6 +245,23 @@ impl RdmaSend {
         self.posted += 1;
         if let Err(e) = self.write_out() {
             drop(self.fail(e));
+        }
+    }
+
+    /// Frees the memory of every lent message in flight that `hit` picks
+    /// (by its address and bytes): one not yet written is copied into its
+    /// slot, one being written is waited for.
+    fn take_back(&mut self, hit: impl Fn(usize, usize) -> bool) {
+        for seq in self.done..self.posted {
+            let slot = (seq % self.nslots as u64) as usize;
+            if !self.from[slot].is_some_and(|(a, _)| hit(a, self.lens[slot])) {
+                continue;
+            }
+            if seq >= self.written {
+                self.stage(slot);
+            } else {
+                self.wait_written(slot);
+            }
         }
     }
 
