@@ -219,7 +219,7 @@ impl<T: Reduce> Communicator<T> {
     /// assert!(done.iter().all(|r| r.is_ok()));
     /// ```
     pub fn register<'a>(&self, buf: &'a mut [T]) -> Result<super::RegisteredBuffer<'a, T>> {
-        self.group.inner.registry.register(buf).map(super::RegisteredBuffer::new)
+        self.group.inner.registry.register(buf)
     }
 
     /// `buf`, worked on in place (and every rank's, where it is shared).

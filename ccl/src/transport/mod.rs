@@ -130,18 +130,22 @@ pub trait Transport: Send + Sync {
 /// Memory registered by [`Transport::register`], until dropped.
 pub type Registration = Box<dyn std::any::Any + Send + Sync>;
 
-/// A slice and its registrations ([`Registry::register`]), which end
-/// before its borrow does.
-pub struct Registered<'a, T> {
-    /// The slice.
-    pub buf: &'a mut [T],
+/// A slice registered with the RDMA devices of the group that made it
+/// ([`Communicator::register`](crate::Communicator::register), NCCL's
+/// `ncclCommRegister`): messages that blocking calls on it send over RDMA
+/// are written straight from it, not copied into the connection's slots
+/// first. Dereferences to the slice. Its registrations end when it drops,
+/// before its borrow does; without RDMA there are none, and it is the
+/// slice as it is.
+pub struct RegisteredBuffer<'a, T> {
+    pub(crate) buf: &'a mut [T],
     regs: Vec<Registration>,
 }
 
-impl<T> Registered<'_, T> {
-    /// Transports that registered it.
-    pub fn count(&self) -> usize {
-        self.regs.len()
+impl<T> RegisteredBuffer<'_, T> {
+    /// Whether any device registered it (none: no RDMA in the group).
+    pub fn is_registered(&self) -> bool {
+        !self.regs.is_empty()
     }
 }
 
@@ -218,17 +222,17 @@ impl Registry {
 
     /// `buf`, registered with every transport that registers memory
     /// ([`Transport::register`]) for as long as it stays borrowed.
-    pub fn register<'a, T>(&self, buf: &'a mut [T]) -> Result<Registered<'a, T>> {
+    pub fn register<'a, T>(&self, buf: &'a mut [T]) -> Result<RegisteredBuffer<'a, T>> {
         let (p, len) = (buf.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(buf));
         let mut regs = Vec::new();
         if len > 0 {
             for t in &self.list {
                 // SAFETY: `buf` stays borrowed, so valid, while the
-                // registrations live: both go with the `Registered`.
+                // registrations live: both go with the `RegisteredBuffer`.
                 regs.extend(unsafe { t.register(p, len) }?);
             }
         }
-        Ok(Registered { buf, regs })
+        Ok(RegisteredBuffer { buf, regs })
     }
 
     /// This endpoint's doorbell.
