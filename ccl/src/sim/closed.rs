@@ -8,13 +8,14 @@
 //! bytes a receiver fetches from another core of its host (its first slot
 //! slower), a hop's latency, the bytes a network link carries (shared by
 //! the channels and the ranks of a host that cross at once), and a core
-//! handed back to a rank that shares one. What it does not follow step by
-//! step it takes in aggregate: a pipeline of `q` pieces through `d`
-//! dependent hops costs `d` hops (latency and first slot), the last
-//! stage's step, and `q - 1` times the slowest stage; each step of a ring
-//! takes the longer of a rank's work at the ring's slowest hop and the hop
-//! from its predecessor; a tree's deepest path also waits, at each node,
-//! for the children served before it.
+//! handed back to a rank that shares one; on GPUs, each channel's work on
+//! its own stream, overlapping the bytes its link inside the host brings.
+//! What it does not follow step by step it takes in aggregate: a pipeline
+//! of `q` pieces through `d` dependent hops costs `d` hops (latency and
+//! first slot), the last stage's step, and `q - 1` times the slowest
+//! stage; each step of a ring takes the longer of a rank's work at the
+//! ring's slowest hop and the hop from its predecessor; a tree's deepest
+//! path also waits, at each node, for the children served before it.
 
 use super::{Call, Model};
 use crate::algo::doubling::Fold;
@@ -71,6 +72,9 @@ struct Rates<'a> {
     /// Bytes per second of one network link.
     bw: f64,
     channels: f64,
+    /// Channels a rank's thread serves in turn: all of them, or one on
+    /// GPUs, each channel on its own stream.
+    serial: f64,
 }
 
 impl<'a> Rates<'a> {
@@ -94,6 +98,7 @@ impl<'a> Rates<'a> {
             fetch: on.fetch,
             bw,
             channels: call.channels.max(1) as f64,
+            serial: if m.streams { 1.0 } else { call.channels.max(1) as f64 },
         }
     }
 
@@ -126,19 +131,26 @@ impl<'a> Rates<'a> {
     /// transfers sharing the network link it takes (its channels
     /// included): the hop's latency, and the time its receiver is busy or
     /// its bytes are on the wire, whichever is longer. `busy` says how
-    /// many channels share the receiver's thread at once.
+    /// many channels share the receiver's thread at once (on GPUs, its
+    /// link inside the host).
     fn hop(&self, kind: Kind, b: f64, inter: bool, crowd: f64, busy: f64) -> Stage {
         let m = self.m;
         // a piece moves slot by slot: the next hop starts after the first,
         // which takes one channel's share of the work (the others' pieces,
         // in step, came a share earlier)
         let slots = (b / self.slot).ceil().max(1.0);
+        let serial = busy.min(self.serial);
         if inter {
             let wire = b * crowd / self.bw;
-            let own = self.work(kind, b) * busy;
+            let own = self.work(kind, b) * serial;
             let each = own.max(wire);
             let first = each / slots / busy.max(1.0);
             Stage { latency: m.inter.latency + self.wake, each, first, wake: self.wake }
+        } else if m.streams {
+            // the kernels reduce what the link brings as it comes
+            let each = self.work(kind, b).max(self.pull(b) * busy);
+            let first = self.work(kind, b) / slots + self.pull(b.min(self.slot));
+            Stage { latency: m.intra.latency, each, first, wake: 0.0 }
         } else {
             let own = (self.work(kind, b) + self.pull(b)) * busy;
             let first = self.work(kind, b) / slots + self.pull(b.min(self.slot));
@@ -157,12 +169,17 @@ impl<'a> Rates<'a> {
         let slots = (b / self.slot).ceil().max(1.0);
         let send = self.work(Kind::Copy, b);
         // (the other channels' pieces fill the wire while one waits)
+        let serial = busy.min(self.serial);
         let (take, wire) = if inter {
             (self.work(kind, b) - send, b * crowd / busy.max(1.0) / self.bw)
+        } else if self.m.streams {
+            // the peer's piece comes over the link once sent, as its own
+            // leaves; the kernels take it as it comes
+            ((self.work(kind, b) - send).max(self.pull(b) * busy), 0.0)
         } else {
-            (st.each / busy - send, 0.0)
+            (st.each / serial - send, 0.0)
         };
-        (st.each + st.wake).max(st.latency + wire.max(send / slots + take * busy))
+        (st.each + st.wake).max(st.latency + wire.max(send / slots + take * serial))
     }
 
     /// Recursive doubling or halving on a rank count that is not a power
@@ -417,7 +434,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             // reads what was reduced long before, which a call larger than
             // the cache has evicted (a ring's comes from its last reduction)
             let (rounds, b) = r.pieces(s_ch / n as f64, call.chunk);
-            let cold = rounds * b / r.m.copy * r.slow * (1.0 - r.hot) * c;
+            let cold = rounds * b / r.m.copy * r.slow * (1.0 - r.hot) * r.serial;
             ring_all_reduce(r, (n, 1), s_ch, call.chunk, c, 1.0) + cold
         }
         (Coll::ReduceScatter, Algo::Ring) | (Coll::AllGather, Algo::Ring) => {
@@ -437,7 +454,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
                 }
                 _ => copy,
             };
-            ring_steps(stage, rounds * (n - 1) as f64) + rounds * ends * c
+            ring_steps(stage, rounds * (n - 1) as f64) + rounds * ends * r.serial
         }
         (Coll::Broadcast | Coll::Reduce, Algo::Ring) => {
             let kind = match call.coll {
@@ -451,7 +468,7 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let stage = ring_stage(r, kind, b, (n, h), (c, c), 1.0);
             // a broadcast's root copies each piece into its output (out of
             // place) and into a slot for the next rank
-            let root = if call.coll == Coll::Broadcast { root_copies(call, r, b, 1.0) * c } else { 0.0 };
+            let root = if call.coll == Coll::Broadcast { root_copies(call, r, b, 1.0) * r.serial } else { 0.0 };
             // the first rank sends its piece's first slot; the last rank's
             // first slot is part of its step. The chain's n - 1 hops leave
             // out the ring's hop into the root (broadcast) or out of it
@@ -509,7 +526,9 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let kids = most_kids(p).max(1.0);
             let leg = |kind| {
                 let st = r.hop(kind, b, false, 1.0, c);
-                let others = if kind == Kind::ReduceSend { st.each } else { r.work(Kind::Copy, b) * c };
+                // (on GPUs, the second child's piece takes the link as the
+                // first's did, down as up)
+                let others = if kind == Kind::ReduceSend || r.m.streams { st.each } else { r.work(Kind::Copy, b) * r.serial };
                 // the first piece's deepest path waits at each node below
                 // the root (which has one child) for the child served
                 // first; each further piece takes a node's work for both
@@ -582,6 +601,12 @@ mod tests {
         Model::H100
     }
 
+    /// The same figures on ranks that serve their channels with one
+    /// thread each, as the CPU executor does (the model the tuner runs).
+    fn threaded(m: Model) -> Model {
+        Model { streams: false, ..m }
+    }
+
     /// A call cut as the tuner cuts it on hosts of 8 (32 KiB slots,
     /// pieces of 16), with at most 256 pieces.
     fn call(coll: Coll, bytes: usize) -> Call {
@@ -597,17 +622,19 @@ mod tests {
         t[0].0
     }
 
-    /// Every all-reduce algorithm on `hosts`, 8 B - 1 GiB by 8x, closed
-    /// form against simulator: the times beyond 10 % of each other (ring's
-    /// among them), and the sizes where the two pick differently.
-    fn against_the_simulator(hosts: &Hosts, name_terms: bool) -> (Vec<String>, Vec<String>) {
-        let m = h100();
+    /// Every all-reduce algorithm on `hosts` under `m`, 8 B - 1 GiB by 8x,
+    /// closed form against simulator: the times beyond 10 % of each other
+    /// (20 % for the double tree on GPUs, whose pieces queue on the links
+    /// behind the other tree's in ways the closed form takes in aggregate),
+    /// and the sizes where the two pick differently.
+    fn against_the_simulator(hosts: &Hosts, m: Model, name_terms: bool) -> (Vec<String>, Vec<String>) {
         let (mut misses, mut picks) = (Vec::new(), Vec::new());
         for bytes in (0..10).map(|k| 8usize << (3 * k)) {
             let c = call(Coll::AllReduce, bytes);
             for &a in Coll::AllReduce.algos() {
                 let r = ratio(&c, a, hosts, &m);
-                if !(0.9..=1.1).contains(&r) {
+                let off = if m.streams && a == Algo::Tree { 0.2 } else { 0.1 };
+                if !(1.0 - off..=1.0 + off).contains(&r) {
                     let terms = match name_terms.then(|| terms_apart(&c, a, hosts, &m).join(", ")) {
                         None => String::new(),
                         Some(t) if t.is_empty() => "; no one term".into(),
@@ -666,20 +693,59 @@ mod tests {
     }
 
     #[test]
+    fn on_gpus_rings_on_every_channel_count_follow_the_simulator_and_keep_every_nic_busy() {
+        // each channel's ring crosses between hosts at a rank of its own
+        // and so through a NIC of its own: at 1 GiB, 8 channels or more on
+        // 8 NICs of 50 GB/s carry near 400 GB/s of busbw, by either model
+        let m = h100();
+        let (mut misses, mut slow) = (Vec::new(), Vec::new());
+        for h in [1usize, 2, 8] {
+            let (hosts, n) = (Hosts::blocks(&vec![8; h]), 8 * h);
+            for channels in [1, 8, 16] {
+                for coll in [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter] {
+                    for bytes in (0..4).map(|k| 8usize << (9 * k)).chain([1 << 30]) {
+                        let per = if coll == Coll::AllReduce { bytes } else { (bytes / n).max(4) };
+                        let c = Call { channels, ..call(coll, per) };
+                        let r = ratio(&c, Algo::Ring, &hosts, &m);
+                        if !(0.9..=1.1).contains(&r) {
+                            misses.push(format!("{coll} on {h} hosts, {channels} channels, {bytes} B: {r:.2}"));
+                        }
+                        if h > 1 && channels >= 8 && bytes == 1 << 30 {
+                            let factor = if coll == Coll::AllReduce { 2.0 } else { 1.0 } * (n - 1) as f64 / n as f64;
+                            let busbw = |t: f64| bytes as f64 * factor / t / 1e9;
+                            let closed = busbw(estimate(&c, Algo::Ring, &hosts, &m).expect("closed"));
+                            let sim = busbw(simulate(&c, Algo::Ring, &hosts, &m).expect("simulated").seconds);
+                            if closed.min(sim) < 360.0 {
+                                slow.push(format!("{coll}, {h} hosts, {channels} channels: {closed:.0} / {sim:.0} GB/s"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(misses.is_empty(), "closed / simulated beyond 10 %:\n{}", misses.join("\n"));
+        assert!(slow.is_empty(), "busbw below 360 GB/s (closed / simulated):\n{}", slow.join("\n"));
+    }
+
+    #[test]
     fn on_8_hosts_of_8_it_follows_the_simulator() {
         // every algorithm within 10 % at every size, and the same pick at
         // every size but at most one; a miss would be named with the terms
         // without which the two agree
-        let (misses, picks) = against_the_simulator(&Hosts::blocks(&[8; 8]), true);
-        assert!(misses.is_empty(), "{misses:?}");
-        assert!(picks.len() <= 1, "{picks:?}");
+        for m in [h100(), threaded(h100())] {
+            let (misses, picks) = against_the_simulator(&Hosts::blocks(&[8; 8]), m, true);
+            assert!(misses.is_empty(), "{misses:?}");
+            assert!(picks.len() <= 1, "{picks:?}");
+        }
     }
 
     #[test]
     fn on_one_host_of_8_it_follows_the_simulator() {
-        let (misses, picks) = against_the_simulator(&Hosts::blocks(&[8]), true);
-        assert!(misses.is_empty(), "{misses:?}");
-        assert!(picks.len() <= 1, "{picks:?}");
+        for m in [h100(), threaded(h100())] {
+            let (misses, picks) = against_the_simulator(&Hosts::blocks(&[8]), m, true);
+            assert!(misses.is_empty(), "{misses:?}");
+            assert!(picks.len() <= 1, "{picks:?}");
+        }
     }
 
     #[test]
@@ -687,8 +753,10 @@ mod tests {
         // against the simulator folded onto the first host's ranks (rings,
         // ring-ring, tree-ring, doubling) and along the line of its pieces
         // (the tree): the same pick at every size but at most one
-        let (_, picks) = against_the_simulator(&Hosts::blocks(&[8; 512]), false);
-        assert!(picks.len() <= 1, "{picks:?}");
+        for m in [h100(), threaded(h100())] {
+            let (_, picks) = against_the_simulator(&Hosts::blocks(&[8; 512]), m, false);
+            assert!(picks.len() <= 1, "{picks:?}");
+        }
     }
 
     #[test]

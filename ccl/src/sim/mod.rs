@@ -19,7 +19,12 @@
 //! by its core's work over its own, over a call of many pieces (a rank
 //! with less to do leaves the core to the others), else by ranks / cores.
 //! They get a core back to take a message; one wake-up takes what came
-//! for all their channels meanwhile. A step's message moves slot by slot,
+//! for all their channels meanwhile. Ranks that are GPUs (`streams`) run
+//! each channel on a stream of its own, as ccl's GPU engine does: their
+//! channels work at once, and within a host a GPU's own link (each
+//! direction, like a network link) moves the bytes while its kernels
+//! reduce them. A link is busy for a message's bytes; a message that comes
+//! slower than that (sent as it is reduced) shares it with the next. A step's message moves slot by slot,
 //! as the executor moves it: the receiver starts on the first slot and
 //! forwards it while the next arrives, and ends one slot's work after the
 //! last. Slots are taken as plentiful (the verifier has already shown the
@@ -143,6 +148,15 @@ pub struct Model {
     /// rank's data leaves its core's own caches while another rank runs
     /// there, and only the shared cache keeps it.
     pub shared_cached: f64,
+    /// Whether the ranks are GPUs (`[rank] device = "gpu"`), whose
+    /// channels each run on a stream of their own, as ccl's GPU engine
+    /// runs them: a channel's work does not wait for the rank's other
+    /// channels', and within a host the bytes move over the GPU's own link
+    /// (each direction carrying one message at a time, shared by its
+    /// channels as a network link is) while the kernels reduce them,
+    /// rather than by the receiver's thread. Otherwise one progress thread
+    /// serves all of a rank's channels, fetching from other cores itself.
+    pub streams: bool,
 }
 
 impl Model {
@@ -168,6 +182,7 @@ impl Model {
         cache: 24.0 * (1 << 20) as f64,
         cached: 3.0,
         shared_cached: 1.9,
+        streams: false,
     };
 
     /// The shipped 8 x 8 H100 topology (`ccl/topologies/h100-8x8-ib.toml`),
@@ -190,6 +205,7 @@ impl Model {
         cache: 0.0,
         cached: 1.0,
         shared_cached: 1.0,
+        streams: true,
     };
 
     /// `Err` naming the topology key of a parameter that would make a term

@@ -36,8 +36,12 @@ struct Sim<'a> {
     layout: Vec<Layout>,
     /// Per rank, per channel: next step and the time it may start.
     pc: Vec<Vec<(usize, f64)>>,
-    /// Per rank: when its progress thread is free.
+    /// Per rank: when its progress thread is free; on GPUs, per rank and
+    /// channel (`lanes` a rank), when the channel's stream is.
     cpu: Vec<f64>,
+    /// What a rank runs its channels on: one thread, or (on GPUs) a stream
+    /// for each of its channels.
+    lanes: usize,
     /// Per rank: how much slower its work runs for sharing cores, or
     /// faster for data that stays in cache.
     slow: Vec<f64>,
@@ -62,6 +66,10 @@ struct Sim<'a> {
     /// Per network link: bytes it carries, out and in.
     sent: Vec<f64>,
     got: Vec<f64>,
+    /// On GPUs, per rank timed: when its link inside the host is free, out
+    /// and in.
+    gpu_out: Vec<f64>,
+    gpu_in: Vec<f64>,
     /// Arrival times of the first and last slots of messages not yet
     /// received, per (from, to, channel), ranks as timed.
     wire: HashMap<(usize, usize, usize), VecDeque<(f64, f64)>>,
@@ -76,29 +84,48 @@ fn key(t: f64) -> Reverse<u64> {
 
 impl Sim<'_> {
     /// Sends `elems` from `from` to `to`, its first slot ready at `first`
-    /// and its last at `last`; records when they arrive. Within a host only
-    /// the hand-off is counted here: moving the bytes is the receiver's
-    /// work ([`pull`](Self::pull)).
+    /// and its last at `last`; records when they arrive. Within a host of
+    /// CPUs only the hand-off is counted here: moving the bytes is the
+    /// receiver's work ([`pull`](Self::pull)); GPUs move them over their
+    /// own links, as the network does.
     fn transfer(&mut self, (from, to, ch): (usize, usize, usize), elems: usize, first: f64, last: f64) {
         let bytes = elems as f64 * self.elem;
         let (hf, ht) = (self.hosts.host_of(from), self.hosts.host_of(to));
-        let (a, b) = if hf == ht {
-            (first + self.model.intra.latency, last + self.model.intra.latency)
-        } else {
-            // the link carries the message once its first slot is ready,
-            // and its last slot cannot leave before it is ready
+        let (a, b) = if hf != ht {
             let (nf, nt) = (self.nic[from], self.nic[to % self.reps]);
-            let bw = self.bw;
             self.sent[nf] += bytes;
             self.got[nt] += bytes;
-            let slot = elems.min(self.slot) as f64 * self.elem / bw;
-            let start = first.max(self.nic_out[nf]).max(self.nic_in[nt]);
-            let end = (start + bytes / bw).max(last + slot);
+            let (out, into) = (self.nic_out[nf], self.nic_in[nt]);
+            let (a, b, end) = self.carry((out, into), self.bw, (elems, first, last), self.model.inter.latency);
             self.nic_out[nf] = end;
             self.nic_in[nt] = end;
-            (start + slot + self.model.inter.latency, end + self.model.inter.latency)
+            (a, b)
+        } else if self.model.streams {
+            let (out, into) = (self.gpu_out[from], self.gpu_in[to % self.reps]);
+            let bw = self.model.intra.bandwidth;
+            let (a, b, end) = self.carry((out, into), bw, (elems, first, last), self.model.intra.latency);
+            self.gpu_out[from] = end;
+            self.gpu_in[to % self.reps] = end;
+            (a, b)
+        } else {
+            (first + self.model.intra.latency, last + self.model.intra.latency)
         };
         self.wire.entry((from, to % self.reps, ch)).or_default().push_back((a, b));
+    }
+
+    /// A message of `elems` over a link free out and in from `free`, at
+    /// `bw`: it carries the message once its first slot is ready, and its
+    /// last slot cannot leave before it is ready. When its first and last
+    /// slots arrive, and when the link is free again: after the message's
+    /// bytes, even where they come slower than the link carries them (a
+    /// message sent as it is reduced, slot by slot), as the next message
+    /// then shares the link with what is left of it.
+    fn carry(&self, free: (f64, f64), bw: f64, (elems, first, last): (usize, f64, f64), latency: f64) -> (f64, f64, f64) {
+        let slot = elems.min(self.slot) as f64 * self.elem / bw;
+        let start = first.max(free.0).max(free.1);
+        let busy = start + elems as f64 * self.elem / bw;
+        let end = busy.max(last + slot);
+        (start + slot + latency, end + latency, busy)
     }
 
     /// Local work of a step on rank `r`, seconds: the fused steps' second
@@ -142,7 +169,8 @@ impl Sim<'_> {
     /// Seconds rank `r` spends fetching what `step` receives from a rank of
     /// its own host (out of the other core's cache): busy time, which its
     /// other channels cannot use; the message's first slot comes slower.
-    /// Across hosts the network moves the bytes. A local step on peers'
+    /// Across hosts the network moves the bytes, between GPUs their links.
+    /// A local step on peers'
     /// buffers (shared memory) moves their bytes between the cores itself,
     /// at the same rate.
     fn pull(&self, r: usize, step: &Step) -> f64 {
@@ -154,7 +182,7 @@ impl Sim<'_> {
             return elems as f64 / self.fetch[r] * self.elem;
         }
         match step.recv_peer() {
-            Some(from) if self.hosts.host_of(from) == self.hosts.host_of(r) => {
+            Some(from) if !self.model.streams && self.hosts.host_of(from) == self.hosts.host_of(r) => {
                 let m = self.model;
                 let first = if m.first_slot > 0.0 {
                     let most = if m.first_max == 0 { self.slot } else { (m.first_max as f64 / self.elem) as usize };
@@ -243,7 +271,8 @@ impl Sim<'_> {
                     }
                 }
             }
-            let at = ready.max(self.cpu[r]);
+            let lane = r * self.lanes + c % self.lanes;
+            let at = ready.max(self.cpu[lane]);
             if at.to_bits() > tb {
                 heap.push((key(at), key(ready), r, c)); // something ran first; try again in time order
                 continue;
@@ -262,12 +291,12 @@ impl Sim<'_> {
             }
             let done = (start + busy).max(last + per_slot);
             // waiting for slots, the thread serves the other channels
-            self.cpu[r] = start + busy;
+            self.cpu[lane] = start + busy;
             if let Some((to, len)) = step.send_peer().map(|to| (to, step.len())) {
                 self.transfer((r, to, c), len, start + per_slot, done);
                 if let Some((wr, wc)) = self.waiting.remove(&(r, to % self.reps, c)) {
                     let t = self.pc[wr][wc].1;
-                    heap.push((key(t.max(self.cpu[wr])), key(t), wr, wc));
+                    heap.push((key(t.max(self.cpu[wr * self.lanes + wc % self.lanes])), key(t), wr, wc));
                 }
             }
             self.pc[r][c] = (pc + 1, done);
@@ -430,12 +459,14 @@ fn timed_ranks(call: &Call, algo: Algo, hosts: &Hosts, model: &Model, reps: usiz
     let links = hosts.host_of(reps - 1).saturating_add(1) * nics;
     let (mut slow, mut wake, mut hot) = (vec![1.0; reps], vec![0.0; reps], vec![1.0; reps]);
     // each rank's thread is busy with the call's own work before its first step
-    let mut cpu = vec![model.call; reps];
+    let lanes = if model.streams { sched.iter().map(Vec::len).max().unwrap_or(1).max(1) } else { 1 };
+    let mut cpu = vec![model.call; reps * lanes];
     let mut fetch = vec![model.intra.bandwidth; reps];
     for g in &groups {
         let h = model.on_host(g.len(), (whole * elem_size) as f64);
         for &r in g {
-            (slow[r], cpu[r], hot[r], wake[r], fetch[r]) = (h.slow, h.call, h.hot, h.wake, h.fetch);
+            (slow[r], hot[r], wake[r], fetch[r]) = (h.slow, h.hot, h.wake, h.fetch);
+            cpu[r * lanes..(r + 1) * lanes].fill(h.call);
         }
     }
     let mut sim = Sim {
@@ -448,6 +479,7 @@ fn timed_ranks(call: &Call, algo: Algo, hosts: &Hosts, model: &Model, reps: usiz
         sched,
         layout,
         cpu,
+        lanes,
         slow,
         hot,
         wake,
@@ -459,6 +491,8 @@ fn timed_ranks(call: &Call, algo: Algo, hosts: &Hosts, model: &Model, reps: usiz
         nic_in: vec![0.0; links],
         sent: vec![0.0; links],
         got: vec![0.0; links],
+        gpu_out: vec![0.0; reps],
+        gpu_in: vec![0.0; reps],
         wire: HashMap::default(),
         waiting: HashMap::default(),
     };
@@ -847,6 +881,35 @@ mod tests {
         };
         let (whole, slotted) = (t(1 << 17), t(8 << 10));
         assert!(slotted < whole, "slots {slotted} s vs whole pieces {whole} s");
+    }
+
+    #[test]
+    fn on_gpus_channels_work_at_once_and_share_the_link() {
+        // a ring over 4 ranks of one host, on 1 and 4 channels: where the
+        // work is all (links free), a CPU rank's thread does its channels'
+        // in turn, a GPU's streams at once; where the link is all (work
+        // free), the GPU's channels share it, the CPU's fetch their bytes
+        // on the one thread. The streams also overlap the link with the
+        // work, where the thread does one after the other.
+        let hosts = Hosts::blocks(&[4]);
+        let free = 1e18;
+        let base = Model { intra: Link { latency: 0.0, bandwidth: 10e9 }, first_slot: 0.0, step: 0.0, cache: 0.0, ..Model::H100 };
+        let work = Model { intra: Link { latency: 0.0, bandwidth: free }, copy: 20e9, reduce: 10e9, ..base };
+        let link = Model { copy: free, reduce: free, ..base };
+        let t = |m: &Model, streams: bool, channels: usize| {
+            let c = call(Coll::AllReduce, 1 << 22, 0, channels, 1 << 16);
+            simulate(&c, Algo::Ring, &hosts, &Model { streams, ..*m }).expect("simulates").seconds
+        };
+        let near = |a: f64, b: f64| (a / b - 1.0).abs() < 0.05;
+        assert!(near(t(&work, false, 4), t(&work, false, 1)), "a thread serves its channels in turn");
+        assert!(near(t(&work, true, 4) * 4.0, t(&work, true, 1)), "streams work at once");
+        assert!(near(t(&link, true, 4), t(&link, true, 1)), "the channels share the GPU's link");
+        assert!(near(t(&link, false, 4), t(&link, false, 1)), "a thread fetches its channels' bytes in turn");
+        let both = Model { copy: 40e9, reduce: 20e9, ..base };
+        let (gpu, cpu) = (t(&both, true, 1), t(&both, false, 1));
+        let half = Model { copy: 40e9, reduce: 20e9, ..work };
+        assert!(near(gpu, t(&link, true, 1)), "the link hides the work: {gpu} s");
+        assert!(near(cpu, t(&link, false, 1) + t(&half, false, 1)), "one after the other: {cpu} s");
     }
 
     #[test]

@@ -170,10 +170,22 @@ struct RankSpec {
     /// The same where ranks share cores (absent: none).
     #[serde(default = "unit")]
     shared_cached_speedup: f64,
+    /// What the ranks are: `cpu` (absent), one progress thread each, or
+    /// `gpu`, each channel on a stream of its own.
+    #[serde(default)]
+    device: Device,
 }
 
 fn unit() -> f64 {
     1.0
+}
+
+#[derive(Deserialize, Default, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Device {
+    #[default]
+    Cpu,
+    Gpu,
 }
 
 #[derive(Deserialize)]
@@ -238,6 +250,7 @@ fn run(a: &Args) -> Result<(), String> {
         cache: t.rank.cache_mib * (1 << 20) as f64,
         cached: t.rank.cached_speedup,
         shared_cached: t.rank.shared_cached_speedup,
+        streams: t.rank.device == Device::Gpu,
     };
     model.check().map_err(|e| format!("{}: {e}", a.topology.display()))?;
     let hosts = Hosts::blocks(&vec![per; nh]);

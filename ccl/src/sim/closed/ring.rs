@@ -24,10 +24,15 @@ pub(super) fn rail_crowd(c: f64, s: usize, nics: usize) -> f64 {
 /// hops (which crosses hosts `ceil(steps · hosts / n)` times: once per
 /// host it passes, and once more where it starts just before a crossing).
 pub(super) fn ring_stage(r: &Rates, kind: Kind, b: f64, (n, hosts): (usize, usize), (c, share): (f64, f64), steps: f64) -> Stage {
-    let intra = r.hop(kind, b, false, 1.0, c);
     if hosts < 2 {
-        return intra;
+        return r.hop(kind, b, false, 1.0, c);
     }
+    // between GPUs a rank's own link inside the host carries what its
+    // channels take from its host's ranks: not the rings that enter the
+    // host at it (as many at each rank, `c / p` of them, where the
+    // channels go round the host's ranks whole)
+    let entering = if r.m.streams { (c / (n / hosts).max(1) as f64).floor() } else { 0.0 };
+    let intra = r.hop(kind, b, false, 1.0, (c - entering).max(1.0));
     let across = r.hop(kind, b, true, share, c);
     let steps = steps.max(1.0);
     let f = (steps * hosts as f64 / n as f64).ceil().min(steps) / steps;
@@ -56,7 +61,7 @@ pub(super) fn ring_all_reduce(r: &Rates, (n, hosts): (usize, usize), s_ch: f64, 
     // each round starts with a piece copied into a slot (its last step,
     // a piece copied out, is the all-gather's: the reduce-scatter's last
     // step copies out only what it has just reduced, from the cache)
-    let ends = rounds * r.work(Kind::Copy, b) * c;
+    let ends = rounds * r.work(Kind::Copy, b) * r.serial;
     ring_steps(stage(Kind::ReduceSend), steps) + ring_steps(stage(Kind::CopySend), steps) + ends
 }
 
@@ -116,6 +121,6 @@ pub(super) fn halving_doubling(coll: Coll, r: &Rates, s_ch: f64, chunk: usize, c
     };
     // an all-gather first copies its own block into the output, a
     // reduce-scatter last copies its reduced block there
-    let own = if coll == Coll::AllReduce { 0.0 } else { r.work(Kind::Copy, s_ch) * c };
+    let own = if coll == Coll::AllReduce { 0.0 } else { r.work(Kind::Copy, s_ch) * r.serial };
     t + folded + own
 }

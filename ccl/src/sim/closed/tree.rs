@@ -54,7 +54,11 @@ fn tree_path(r: &Rates, kind: Kind, b: f64, c: f64, whole: bool) -> TreePath {
     if h < 2 {
         // (the in-order tree over n positions: ceil(log2 n) levels)
         let levels = log2_ceil(n);
-        let more_kids = if most_kids(n) > 1.0 { si.each } else { 0.0 };
+        // (on GPUs a piece sent down shares the link with its sibling's of
+        // its own channel, the other channels' moving beside them)
+        let down = kind != Kind::ReduceSend;
+        let sibling = if r.m.streams && down { si.each.min(r.work(kind, b).max(r.pull(b))) } else { si.each };
+        let more_kids = if most_kids(n) > 1.0 { sibling } else { 0.0 };
         let hops = if levels > 0.0 { ends + levels * si.hop() } else { 0.0 };
         return TreePath { hops, siblings: (levels - 1.0).max(0.0) * more_kids, root: more_kids };
     }
@@ -114,7 +118,7 @@ pub(super) fn double_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
     let (q, b) = r.pieces(s_ch / 2.0, call.chunk);
     let more = q.max(1.0);
     let si = |kind| r.hop(kind, b, false, 1.0, c);
-    let copy = r.work(Kind::Copy, b) * c;
+    let copy = r.work(Kind::Copy, b) * r.serial;
     if n <= 2 {
         // each rank the root of one tree, which sends what it has just
         // reduced straight back down from the cache, copying nothing more,
@@ -122,7 +126,7 @@ pub(super) fn double_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
         let multi = r.hosts > 1;
         let st = |kind| if multi { r.hop(kind, b, true, c, c) } else { si(kind) };
         let (up, down) = (st(Kind::ReduceSend), st(Kind::CopySend));
-        let thread = up.each + down.each + 2.0 * copy - (copy - r.m.step * r.slow * c);
+        let thread = up.each + down.each + 2.0 * copy - (copy - r.m.step * r.slow * r.serial);
         return up.latency + down.latency + more * thread.max(link_per_piece(call, r, more));
     }
     let (up, down) = (tree_path(r, Kind::ReduceSend, b, c, false), tree_path(r, Kind::CopySend, b, c, false));
@@ -158,7 +162,7 @@ pub(super) fn rooted_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
     } else {
         most_kids(r.n).max(1.0)
     };
-    let copy = r.work(Kind::Copy, b) * c;
+    let copy = r.work(Kind::Copy, b) * r.serial;
     let link = link_per_piece(call, r, more);
     // a broadcast's root first copies its whole input into its output (out
     // of place), then each piece into a slot for each child: it has one on
@@ -167,7 +171,7 @@ pub(super) fn rooted_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
         (Kind::ReduceSend, 0.0, 0.0)
     } else {
         let sends = if r.hosts > 1 && r.per_host > 1 { 2.0 } else { 1.0 };
-        let placed = if call.in_place { 0.0 } else { r.work(Kind::Copy, s_ch) * c };
+        let placed = if call.in_place { 0.0 } else { r.work(Kind::Copy, s_ch) * r.serial };
         // (on two ranks the one receiving passes nothing on)
         (if r.n > 2 { Kind::CopySend } else { Kind::Copy }, sends * copy, placed)
     };
@@ -175,7 +179,8 @@ pub(super) fn rooted_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
     let st = r.hop(kind, b, false, 1.0, c);
     // an inner node per piece: takes its children's in turn (reduce), or
     // takes its parent's, passing it to one child and copying it to the others
-    let thread = if call.coll == Coll::Reduce {
+    let thread = if call.coll == Coll::Reduce || r.m.streams {
+        // (on GPUs each child's piece takes the link, down as up)
         kids * st.each
     } else {
         st.each + (kids - 1.0).max(0.0) * copy
@@ -184,7 +189,10 @@ pub(super) fn rooted_tree(call: &Call, r: &Rates, s_ch: f64, c: f64) -> f64 {
     // as its slowest hop's); each further piece takes the busiest node's
     // work for all its children
     let last = if r.hosts > 1 { st.each.max(r.hop(kind, b, true, c, c).each) } else { st.each };
-    placed + pipeline(path.hops + path.siblings, last, more, thread.max(link).max(root))
+    // (on GPUs of one host a reduction's root takes its second child's
+    // piece through its link after its first child's)
+    let second = if r.m.streams && r.hosts < 2 && call.coll == Coll::Reduce { path.root } else { 0.0 };
+    placed + pipeline(path.hops + path.siblings + second, last, more, thread.max(link).max(root))
 }
 
 /// A broadcast root's work on a piece of `b` bytes: its copy into the
