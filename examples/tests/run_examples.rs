@@ -65,13 +65,14 @@ fn ccl_plot_draws_one_line_per_series_from_stdin() {
 fn ccl_sim_simulates_every_algorithm_at_4096_ranks_and_refuses_a_zero_rate() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies");
     let topo = dir.join("h100-8x8-ib.toml").to_string_lossy().into_owned();
-    let out = run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo, "--hosts", "512", "-b", "8", "-e", "1G", "-f", "8"]);
+    let args = [&*topo, "--hosts", "512", "-b", "8", "-e", "1G", "-f", "8", "--channels", "1"];
+    let out = run(env!("CARGO_BIN_EXE_ccl-sim"), &args);
     let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(rows.len(), 10, "{out}");
     assert!(!rows.iter().any(|r| r.contains("skip")), "every algorithm at every size: {out}");
     assert!(out.contains("by the simulator"), "{out}");
     // a large call keeps every link of a host busy: the hierarchical ring
-    assert_eq!(rows[9].split_whitespace().rev().nth(1), Some("ring-ring"), "{out}");
+    assert_eq!(rows[9].split_whitespace().rev().nth(2), Some("ring-ring"), "{out}");
     // the closed form, and the two side by side
     let closed =
         run(env!("CARGO_BIN_EXE_ccl-sim"), &[&topo, "--hosts", "512", "-b", "8", "-e", "1G", "-f", "8", "--closed"]);
@@ -160,6 +161,37 @@ fn the_closed_form_follows_the_simulator_on_every_shipped_topology() {
 }
 
 #[test]
+fn ccl_sim_times_each_algorithm_on_the_channels_the_tuner_would_take() {
+    // 8 hosts of 8 H100: a 1 GiB all-reduce on 8 channels or more, one
+    // ring per channel crossing through a NIC of its own; an 8 B one on one
+    let topo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies/h100-8x8-ib.toml");
+    let topo = topo.to_string_lossy();
+    for closed in [false, true] {
+        let mut args = vec![&*topo, "-b", "8", "-e", "1G", "-f", "134217728"];
+        if closed {
+            args.push("--closed");
+        }
+        let out = run(env!("CARGO_BIN_EXE_ccl-sim"), &args);
+        let rows: Vec<Vec<&str>> =
+            out.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows.len(), 2, "{out}");
+        let (small, large) = (&rows[0], &rows[1]);
+        assert_eq!(small[small.len() - 1], "1", "{out}");
+        assert_eq!(large[large.len() - 3], "ring", "{out}");
+        let channels: usize = large[large.len() - 1].parse().expect("channels");
+        assert!(channels >= 8, "{out}");
+        let ring: f64 = large[2].parse().expect("ring's busbw");
+        assert!(ring >= 360.0, "{out}");
+    }
+    for bad in ["0", "many"] {
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_ccl-sim")).args([&*topo, "--channels", bad]).output().expect("ccl-sim");
+        assert_eq!(out.status.code(), Some(2), "--channels {bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("expected a channel count from 1, or auto"));
+    }
+}
+
+#[test]
 fn ccl_sim_reads_every_shipped_topology() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ccl/topologies");
     let mut seen = 0;
@@ -170,7 +202,7 @@ fn ccl_sim_reads_every_shipped_topology() {
         assert_eq!(rows.len(), 4, "{path}: 8 B .. 2 MiB by 64x: {out}");
         // every row names the pick, one of the algorithms of the header
         for r in rows {
-            let pick = r.split_whitespace().rev().nth(1).unwrap_or("");
+            let pick = r.split_whitespace().rev().nth(2).unwrap_or("");
             assert!(["ring", "tree", "rd", "rhd", "ring-ring", "tree-ring"].contains(&pick), "{r}");
         }
         seen += 1;
@@ -261,7 +293,8 @@ fn the_tuners_default_model_is_the_shipped_model_of_this_machine() {
             let w: Vec<&str> = row.split_whitespace().collect();
             let count: usize = w[1].parse().expect("count");
             let (slot, chunk) = ccl::tune::cut(4, ring);
-            let (pick, us): (&str, f64) = (w[w.len() - 2], w[w.len() - 1].parse().expect("time"));
+            let (pick, us): (&str, f64) = (w[w.len() - 3], w[w.len() - 2].parse().expect("time"));
+            assert_eq!(w[w.len() - 1], "1", "one host of CPUs: one channel: {row}");
             // the tuner's choice, and its time as asked
             let call = Call { coll: Coll::AllReduce, count, elem: 4, root: 0, channels: 1, chunk, slot, in_place };
             let (algo, _) = ccl::tune::ranked(&call, &hosts, &model)[0];

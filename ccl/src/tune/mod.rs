@@ -1,8 +1,9 @@
 //! Choosing the algorithm, channels and piece size of a call.
 //!
-//! Channels: on one host a call runs on one (each channel there is the
-//! same ring, and more of them only share the same cores); across hosts
-//! the model prices 1, 2, 4, 8 and 16 channels, each channel's ring
+//! Channels: on one host of CPUs a call runs on one (each channel there is
+//! the same ring, and more of them only share the same cores); across
+//! hosts, or on GPUs (each channel on a stream of its own), the model
+//! prices 1, 2, 4, 8 and 16 channels, each channel's ring
 //! crossing between hosts at other ranks and so through other NICs
 //! ([`Hosts::channel_ring`]), and a call takes more channels only where
 //! they are predicted at least [`CHANNEL_GAIN`] faster than fewer.
@@ -104,6 +105,33 @@ pub const AUTO_CHANNELS: [usize; 5] = [1, 2, 4, 8, 16];
 /// memory and steps the model prices only in part.
 pub const CHANNEL_GAIN: f64 = 0.1;
 
+/// The channel counts the model prices for a call on `hosts`: one on one
+/// host of CPUs, else [`AUTO_CHANNELS`].
+fn auto_widths(hosts: &Hosts, model: &Model) -> &'static [usize] {
+    if hosts.groups().len() < 2 && !model.streams {
+        &[1]
+    } else {
+        &AUTO_CHANNELS
+    }
+}
+
+/// The channels the tuner would run `call` on (its `channels` aside),
+/// were its algorithm one of `algos`: the fewest within [`CHANNEL_GAIN`]
+/// of the fastest, as priced by the closed form; what `ccl-sim` times
+/// each algorithm on unless told.
+#[cfg(feature = "internals")]
+pub fn auto_channels(call: &Call, algos: &[Algo], hosts: &Hosts, model: &Model) -> usize {
+    let mut best: Option<(usize, f64)> = None;
+    for &channels in auto_widths(hosts, model) {
+        let times = predictions_among(&Call { channels, ..*call }, algos, hosts, model, true);
+        let Some(&(_, t)) = times.first() else { continue };
+        if best.is_none_or(|(_, b)| t < b * (1.0 - CHANNEL_GAIN)) {
+            best = Some((channels, t));
+        }
+    }
+    best.map_or(1, |(c, _)| c)
+}
+
 /// The size class of `bytes`: the exponent of the next power of two.
 pub fn size_class(bytes: usize) -> u32 {
     bytes.max(1).next_power_of_two().trailing_zeros()
@@ -196,8 +224,8 @@ impl Tuner {
         let forced = cfg.algo.filter(|a| candidates.contains(a));
         let widths: &[usize] = match cfg.nchannels {
             Some(ref c) => std::slice::from_ref(c),
-            None if hosts.groups().len() < 2 || coll.p2p() || coll == Coll::Barrier => &[1],
-            None => &AUTO_CHANNELS,
+            None if coll.p2p() || coll == Coll::Barrier => &[1],
+            None => auto_widths(hosts, &self.model()),
         };
         let (algo, channels) = match (forced, widths) {
             (Some(a), &[c]) => (a, c),
@@ -514,8 +542,12 @@ mod tests {
         // one NIC per host: channels cross through it all the same
         let one_nic = Tuner::new(Model { nics: 1, ..Model::H100 }, false);
         assert!(one_nic.choose(Coll::AllReduce, 1 << 28, 4, &hosts, &cfg, None).channels < big.channels);
-        // one host: one channel; CCL_NCHANNELS forces, with or without CCL_ALGO
-        assert_eq!(t.choose(Coll::AllReduce, 1 << 28, 4, &Hosts::flat(8), &cfg, None).channels, 1);
+        // one host of CPUs: one channel (of GPUs, each channel on a stream
+        // of its own: as many as reward it); CCL_NCHANNELS forces, with or
+        // without CCL_ALGO
+        let cpus = Tuner::new(Model { streams: false, ..Model::H100 }, false);
+        assert_eq!(cpus.choose(Coll::AllReduce, 1 << 28, 4, &Hosts::flat(8), &cfg, None).channels, 1);
+        assert!(t.choose(Coll::AllReduce, 1 << 28, 4, &Hosts::flat(8), &cfg, None).channels > 1);
         let three = Config { nchannels: Some(3), ..Config::default() };
         assert_eq!(t.choose(Coll::AllReduce, 1 << 28, 4, &hosts, &three, None).channels, 3);
         let ring = Config { algo: Some(Algo::Ring), ..Config::default() };

@@ -9,10 +9,10 @@
 //! inside a host, of each network link of a host (`nics` of them), and of
 //! a rank's copies and reductions (see `ccl/topologies/`).
 
-use ccl::algo::Coll;
+use ccl::algo::{Algo, Coll};
 use ccl::sim::{Bucket, Call, Link, Model};
 use ccl::topo::Hosts;
-use ccl::tune::{estimated, ranked_on_shared, simulated, simulated_on_shared};
+use ccl::tune::{auto_channels, estimated, pick_first, ranked_on_shared, simulated, simulated_on_shared};
 use ccl_examples::{busbw_factor, parse_bytes};
 use clap::Parser;
 use serde::Deserialize;
@@ -58,9 +58,11 @@ struct Args {
     /// Bytes per element
     #[arg(long = "elem", default_value_t = 4)]
     elem: usize,
-    /// Channels
-    #[arg(long, default_value_t = 1)]
-    channels: usize,
+    /// Channels, or `auto`: each algorithm on as many as the tuner would
+    /// take for it (across hosts, or on GPUs, the fewest of 1, 2, 4, 8, 16
+    /// within 10 % of the fastest by the closed form; else one)
+    #[arg(long, default_value = "auto", value_parser = channels)]
+    channels: Width,
     /// Bytes per pipeline piece (default: as ccl's tuner cuts them, half a
     /// connection's slots)
     #[arg(long)]
@@ -142,6 +144,26 @@ struct InterSpec {
 
 fn one() -> usize {
     1
+}
+
+/// Predicted seconds per algorithm, the pick first.
+type Times = Vec<(Algo, f64)>;
+
+/// `--channels`: as the tuner would take them, or so many.
+#[derive(Clone, Copy, Debug)]
+enum Width {
+    Auto,
+    Of(usize),
+}
+
+fn channels(s: &str) -> Result<Width, String> {
+    match s {
+        "auto" => Ok(Width::Auto),
+        _ => match s.parse::<usize>() {
+            Ok(c) if c > 0 => Ok(Width::Of(c)),
+            _ => Err(format!("{s:?}: expected a channel count from 1, or auto")),
+        },
+    }
 }
 
 #[derive(Deserialize)]
@@ -266,7 +288,7 @@ fn run(a: &Args) -> Result<(), String> {
     let mut o = std::io::stdout().lock();
     let mut algos = coll.algos().to_vec();
     if a.shared && coll.on_shared(a.in_place) {
-        algos.insert(0, ccl::algo::Algo::Direct);
+        algos.insert(0, Algo::Direct);
     }
     outln!(
         o,
@@ -295,7 +317,7 @@ fn run(a: &Args) -> Result<(), String> {
     outln!(
         o,
         "# predicted {} per algorithm by {} (skip: over {} steps, not considered); pick: the fastest (from the \
-         out-of-place times, in place too, ties as the tuner breaks them) and its time",
+         out-of-place times, in place too, ties as the tuner breaks them), its time and its channels",
         if a.times { "time per call (us)" } else { "busbw (GB/s)" },
         if a.compare {
             "the closed form over the simulator (time ratio)"
@@ -310,7 +332,7 @@ fn run(a: &Args) -> Result<(), String> {
     for al in &algos {
         out!(o, " {:>10}", al.name());
     }
-    outln!(o, " {:>10} {:>12}", "pick", "time (us)");
+    outln!(o, " {:>10} {:>12} {:>8}", "pick", "time (us)", "channels");
     // sizes as nccl-tests and ccl-perf give them: of the whole gathered or
     // scattered vector, n times what each rank gives or keeps
     let unit = elem * if matches!(coll, Coll::AllGather | Coll::ReduceScatter) { n } else { 1 };
@@ -329,18 +351,32 @@ fn run(a: &Args) -> Result<(), String> {
             Some(s) => ccl::tune::pieces(s, elem, ring),
         };
         let chunk = chunk_set.map_or(chunk, |c| (c / elem).max(1));
-        let call = Call { coll, count, elem, root: 0, channels: a.channels.max(1), chunk, slot, in_place: a.in_place };
+        let call = Call { coll, count, elem, root: 0, channels: 1, chunk, slot, in_place: a.in_place };
+        // each algorithm on its channels (on shared buffers, all on the
+        // collective's)
+        let width = |algos: &[Algo]| match a.channels {
+            Width::Of(c) => c,
+            Width::Auto => auto_channels(&call, algos, &hosts, &model),
+        };
+        let on = |al: Algo| Call { channels: width(&[al]), ..call };
+        let each = |time: &dyn Fn(&Call, &[Algo]) -> Times| {
+            let mut t: Vec<_> = algos.iter().flat_map(|&al| time(&on(al), &[al])).collect();
+            pick_first(&algos, &mut t);
+            t
+        };
+        let shared = Call { channels: width(coll.algos()), ..call };
+        let channels_of = |al: Algo| if a.shared { shared.channels } else { on(al).channels };
         let times = if a.shared && a.closed {
-            ranked_on_shared(&call, a.in_place, &hosts, &model)
+            ranked_on_shared(&shared, a.in_place, &hosts, &model)
         } else if a.closed || a.compare {
-            estimated(&call, &algos, &hosts, &model)
+            each(&|c, al| estimated(c, al, &hosts, &model))
         } else if a.shared {
-            simulated_on_shared(&call, a.in_place, &hosts, &model)
+            simulated_on_shared(&shared, a.in_place, &hosts, &model)
         } else {
-            simulated(&call, &algos, &hosts, &model)
+            each(&|c, al| simulated(c, al, &hosts, &model))
         };
         if a.compare {
-            let sim = simulated(&call, &algos, &hosts, &model);
+            let sim = each(&|c, al| simulated(c, al, &hosts, &model));
             out!(o, "  {bytes:>12} {count:>12}");
             for al in &algos {
                 let c = times.iter().find(|t| t.0 == *al).map(|t| t.1);
@@ -390,15 +426,24 @@ fn run(a: &Args) -> Result<(), String> {
         }
         // the tuner times calls out of place, and keeps its choice for in-place ones
         let chosen = if a.in_place && !a.shared {
-            let out = Call { in_place: false, ..call };
-            if a.closed { estimated(&out, &algos, &hosts, &model) } else { simulated(&out, &algos, &hosts, &model) }
-                .first()
-                .map(|t| t.0)
+            let out = |al| Call { in_place: false, ..on(al) };
+            let mut t: Vec<_> = algos
+                .iter()
+                .flat_map(|&al| {
+                    if a.closed {
+                        estimated(&out(al), &[al], &hosts, &model)
+                    } else {
+                        simulated(&out(al), &[al], &hosts, &model)
+                    }
+                })
+                .collect();
+            pick_first(&algos, &mut t);
+            t.first().map(|t| t.0)
         } else {
             times.first().map(|t| t.0)
         };
         match chosen.and_then(|c| times.iter().find(|t| t.0 == c)) {
-            Some((pick, secs)) => outln!(o, " {:>10} {:>12.1}", pick.name(), secs * 1e6),
+            Some(&(pick, secs)) => outln!(o, " {:>10} {:>12.1} {:>8}", pick.name(), secs * 1e6, channels_of(pick)),
             None => outln!(o),
         }
         if a.factor < 2 {
