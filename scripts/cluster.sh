@@ -3,8 +3,12 @@
 # pairs to a bridge, each running its own sshd, for testing cclrun across
 # hosts. Needs root, iproute2 and openssh-server.
 #
-#   scripts/cluster.sh up DIR [HOSTS] [SLOTS]   create; writes DIR/hostfile, DIR/id (client key),
-#                                               DIR/known_hosts, DIR/env (CCLRUN_SSH_ARGS=...)
+#   scripts/cluster.sh up DIR [HOSTS] [SLOTS] [NICS]
+#                                               create; writes DIR/hostfile, DIR/id (client key),
+#                                               DIR/known_hosts, DIR/env (CCLRUN_SSH_ARGS=...);
+#                                               each host has NICS interfaces (eth0, eth1, ...,
+#                                               default 1), interface k of every host on a
+#                                               bridge and subnet of its own (sshd on eth0's)
 #   scripts/cluster.sh shape DIR RATE|off       limit every link to RATE (tc tbf, e.g. 1gbit) or lift it
 #   scripts/cluster.sh down DIR                 end every process in the namespaces (by PID), delete them
 #
@@ -22,10 +26,16 @@ names() {
     tag=$(cat "$dir/tag")
     net=$(cat "$dir/net")
     br="cb$tag"
+    nics=$(cat "$dir/nics" 2>/dev/null || echo 1)
+}
+
+# the subnet of interface k (1 and up) besides eth0
+net_of() {
+    echo "172.$(( 16 + tag % 16 )).$(( (tag / 16 + $1) % 250 ))"
 }
 
 up() {
-    local hosts=${3:-4} slots=${4:-2}
+    local hosts=${3:-4} slots=${4:-2} nics=${5:-1}
     [ "$(id -u)" = 0 ] || { echo "cluster.sh: needs root" >&2; exit 1; }
     for t in ip ssh-keygen /usr/sbin/sshd; do
         command -v "$t" >/dev/null || { echo "cluster.sh: $t not found (apt install iproute2 openssh-server)" >&2; exit 1; }
@@ -34,6 +44,7 @@ up() {
     dir=$(cd "$dir" && pwd)
     echo $(( $$ % 100000 )) >"$dir/tag"
     echo "10.$(( 100 + $$ % 100 )).$(( ($$ / 100) % 250 ))" >"$dir/net"
+    echo "$nics" >"$dir/nics"
     names
     mkdir -p /run/sshd
     ssh-keygen -q -t ed25519 -N '' -C cclrun-test -f "$dir/id"
@@ -43,6 +54,10 @@ up() {
     ip link add "$br" type bridge
     ip addr add "$net.1/24" dev "$br"
     ip link set "$br" up
+    for k in $(seq 1 $(( nics - 1 ))); do
+        ip link add "$br-$k" type bridge
+        ip link set "$br-$k" up
+    done
     for i in $(seq 1 "$hosts"); do
         local ns="ccl$tag-h$i" veth="cv${tag}h$i" addr="$net.$(( 10 + i ))" h="$dir/h$i"
         mkdir -p "$h"
@@ -53,6 +68,12 @@ up() {
         ip -n "$ns" link set lo up
         ip -n "$ns" addr add "$addr/24" dev eth0
         ip -n "$ns" link set eth0 up
+        for k in $(seq 1 $(( nics - 1 ))); do
+            ip link add "$veth-$k" type veth peer name "eth$k" netns "$ns"
+            ip link set "$veth-$k" master "$br-$k" up
+            ip -n "$ns" addr add "$(net_of "$k").$(( 10 + i ))/24" dev "eth$k"
+            ip -n "$ns" link set "eth$k" up
+        done
         ssh-keygen -q -t ed25519 -N '' -C "host$i" -f "$h/hostkey"
         cat >"$h/sshd_config" <<EOF
 ListenAddress $addr
@@ -109,10 +130,12 @@ down() {
         sleep 0.2
         for p in $(ip netns pids "$ns" 2>/dev/null || true) $pids; do kill -KILL "$p" 2>/dev/null || true; done
         ip link del "cv${tag}h${ns##*-h}" 2>/dev/null || true
+        for k in $(seq 1 $(( nics - 1 ))); do ip link del "cv${tag}h${ns##*-h}-$k" 2>/dev/null || true; done
         ip netns del "$ns" 2>/dev/null || true
     done
     ip link del "$br" 2>/dev/null || true
-    rm -f "$dir/tag" "$dir/namespaces"
+    for k in $(seq 1 $(( nics - 1 ))); do ip link del "$br-$k" 2>/dev/null || true; done
+    rm -f "$dir/tag" "$dir/namespaces" "$dir/nics"
 }
 
 case "$cmd" in

@@ -306,7 +306,7 @@ knobs! {
     shm_disable: bool = false, "CCL_SHM_DISABLE", "0";
     /// TCP sockets per connection; messages are spread over them in turn.
     sockets_per_peer: usize = 2, "CCL_SOCKETS_PER_PEER", "2";
-    /// Network interface whose IPv4 address the TCP transport listens on (empty: the one that reaches cclrun).
+    /// Network interfaces whose IPv4 addresses the TCP transport listens on, comma-separated: channel c's connections go to a peer's interface c modulo its count, so channels spread over them; an interface that is down is left out, said at INFO (empty: the one that reaches cclrun).
     socket_ifname: String = String::new(), "CCL_SOCKET_IFNAME", "";
     /// 1: no RDMA; ranks on other hosts talk over TCP.
     ib_disable: bool = false, "CCL_IB_DISABLE", "0";
@@ -382,6 +382,12 @@ impl Config {
     /// [`on_machine`](Self::on_machine) has not decided), [`NT_STORES_MIN`].
     pub fn nt_stores_min(&self) -> usize {
         self.nt_stores_min.unwrap_or(NT_STORES_MIN)
+    }
+
+    /// The interfaces `CCL_SOCKET_IFNAME` names, in order (none where it
+    /// is empty).
+    pub fn socket_ifnames(&self) -> Vec<&str> {
+        self.socket_ifname.split(',').map(str::trim).filter(|n| !n.is_empty()).collect()
     }
 
     /// Bytes per slot of a connection in memory ([`NSLOTS`] of them).

@@ -28,6 +28,12 @@ impl Cluster {
     /// `hosts` hosts with `slots` slots each; `None` (after saying why)
     /// where this machine cannot make one.
     pub fn up(name: &str, hosts: usize, slots: usize) -> Option<Cluster> {
+        Cluster::with_nics(name, hosts, slots, 1)
+    }
+
+    /// [`Cluster::up`] with `nics` interfaces a host (`eth0` ..), each on
+    /// a network of its own.
+    pub fn with_nics(name: &str, hosts: usize, slots: usize, nics: usize) -> Option<Cluster> {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         let tools = Path::new("/usr/sbin/sshd").exists() && Path::new("/usr/sbin/ip").exists()
@@ -40,7 +46,7 @@ impl Cluster {
         let c = Cluster { dir };
         let o = Command::new("bash")
             .arg(script())
-            .args(["up", &c.dir.to_string_lossy(), &hosts.to_string(), &slots.to_string()])
+            .args(["up", &c.dir.to_string_lossy(), &hosts.to_string(), &slots.to_string(), &nics.to_string()])
             .output()
             .expect("run cluster.sh");
         assert!(o.status.success(), "cluster.sh up: {}", String::from_utf8_lossy(&o.stderr));
@@ -103,6 +109,28 @@ impl Cluster {
         let dev = format!("cv{}h{i}", tag.trim());
         let st = Command::new("ip").args(["link", "set", &dev, if up { "up" } else { "down" }]).status();
         assert!(st.is_ok_and(|s| s.success()), "ip link set {dev}");
+    }
+
+    /// Host `i`'s (1-based) network namespace.
+    fn namespace(&self, i: usize) -> String {
+        let list = std::fs::read_to_string(self.dir.join("namespaces")).unwrap_or_default();
+        list.lines().nth(i - 1).unwrap_or_default().to_string()
+    }
+
+    /// Takes interface `eth{k}` of host `i` (1-based) down or up, inside
+    /// the host.
+    pub fn nic(&self, i: usize, k: usize, up: bool) {
+        let (ns, dev) = (self.namespace(i), format!("eth{k}"));
+        let st = Command::new("ip").args(["-n", &ns, "link", "set", &dev, if up { "up" } else { "down" }]).status();
+        assert!(st.is_ok_and(|s| s.success()), "ip -n {ns} link set {dev}");
+    }
+
+    /// Bytes interface `eth{k}` of host `i` (1-based) has sent so far.
+    pub fn sent(&self, i: usize, k: usize) -> u64 {
+        let stat = format!("/sys/class/net/eth{k}/statistics/tx_bytes");
+        let o = Command::new("ip").args(["netns", "exec", &self.namespace(i), "cat", &stat]).output();
+        let o = o.expect("ip netns exec");
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or_else(|_| panic!("{stat}: {o:?}"))
     }
 
     /// The sshd pid of host `i` (1-based).

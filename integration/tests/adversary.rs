@@ -212,6 +212,14 @@ fn adversary_suite() {
     // the software RDMA devices listen too
     let soft = ["-x", "CCL_SHM_DISABLE=1", "-x", "CCL_IB_SOFT=1", FAULT, "check", "100000", "split"];
     s.job("listeners flooded (soft rdma)", 4, &[], &soft, Want::Unharmed(4), 40);
+    // a second interface (a dummy one, whose loopback address the attackers
+    // reach): every rank listens on both, the second channel's connections
+    // go to the second, and both are flooded
+    if let Some(dev) = Dummy::add() {
+        let x = format!("CCL_SOCKET_IFNAME=lo,{}", dev.0);
+        let two = ["-x", "CCL_SHM_DISABLE=1", "-x", &x, "-x", "CCL_NCHANNELS=2", FAULT, "check", "100000", "split"];
+        s.job("listeners on two interfaces flooded (tcp)", 4, &[], &two, Want::Unharmed(4), 40);
+    }
     let _ = flood.wait();
     let held = std::io::read_to_string(flood.stdout.take().expect("stdout")).unwrap_or_default();
     println!("adversary: {}", held.trim());
@@ -319,6 +327,42 @@ fn adversary_suite() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(s.failures.is_empty(), "{}", s.failures.join("\n---\n"));
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
+
+/// A network interface besides `lo` (one end of a veth pair, both up)
+/// with a loopback address of its own, for as long as it lives; `None`
+/// (said, or a failure where everything is required) where it cannot be
+/// made.
+struct Dummy(String);
+
+impl Dummy {
+    fn add() -> Option<Dummy> {
+        let name = format!("ccladv{}", std::process::id() % 100_000);
+        let peer = format!("{name}p");
+        let ip = |args: &[&str]| Command::new("ip").args(args).status().is_ok_and(|s| s.success());
+        let made = ip(&["link", "add", &name, "type", "veth", "peer", "name", &peer]);
+        let dev = made.then(|| Dummy(name.clone()));
+        let up = made
+            && ip(&["addr", "add", "127.0.3.1/32", "dev", &name])
+            && ip(&["link", "set", &peer, "up"])
+            && ip(&["link", "set", &name, "up"]);
+        // (running once its link has a carrier: ccl leaves it out until then)
+        let carrier = format!("/sys/class/net/{name}/carrier");
+        let end = Instant::now() + Duration::from_secs(5);
+        while up && std::fs::read_to_string(&carrier).map_or(true, |c| c.trim() != "1") && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if unavailable("a second interface (ip link add ... type veth)", !up) {
+            return None;
+        }
+        dev
+    }
+}
+
+impl Drop for Dummy {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+    }
 }
 
 /// Ctrl-C while a rank waits inside `alloc_shared` of 64 MiB: its file

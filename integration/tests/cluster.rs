@@ -298,3 +298,42 @@ fn roots_mismatched_across_hosts_fail_instead_of_hanging() {
     }
     assert_clean(&c);
 }
+
+#[test]
+fn channels_spread_over_every_interface_socket_ifname_lists() {
+    // two hosts of two ranks, each host with eth0 and eth1 on networks of
+    // their own: with both named, the second channel's connections go over
+    // eth1, and the collective matrix is still right
+    let Some(c) = Cluster::with_nics("nics", 2, 2, 2) else { return };
+    let sent = |k| c.sent(1, k) + c.sent(2, k);
+    let job = |ifnames: &str, extra: &[&str]| {
+        let (before0, before1) = (sent(0), sent(1));
+        let mut args = vec!["-np", "4", "-x", "CCL_TIMEOUT=120", "-x", "CCL_NCHANNELS=2", "-x", ifnames];
+        args.extend_from_slice(extra);
+        args.push(MATRIX);
+        let o = run(&c, &args);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{ifnames}: {err}");
+        assert_eq!(out.matches("all collectives correct").count(), 4, "{out}");
+        ((sent(0) - before0) as f64, (sent(1) - before1) as f64, err)
+    };
+    // one interface: eth1 carries nothing of the job's
+    let (eth0, eth1, _) = job("CCL_SOCKET_IFNAME=eth0", &[]);
+    assert!(eth0 > 1e6 && eth1 < 1e5, "eth0 sent {eth0} B, eth1 {eth1} B");
+    // both: eth1 carries a share (its channel's) near eth0's
+    let (eth0, eth1, _) = job("CCL_SOCKET_IFNAME=eth0,eth1", &[]);
+    eprintln!("both interfaces: eth0 sent {eth0} B, eth1 {eth1} B");
+    assert!(eth1 > eth0 / 4.0, "eth0 sent {eth0} B, eth1 {eth1} B");
+    // host 2's eth1 down: it is left out there, said at INFO, and every
+    // connection to or from host 2 takes eth0
+    c.nic(2, 1, false);
+    let (_, _, err) = job("CCL_SOCKET_IFNAME=eth0,eth1", &["-x", "CCL_DEBUG=INFO"]);
+    c.nic(2, 1, true);
+    assert!(err.contains("CCL_SOCKET_IFNAME: eth1 (") && err.contains(") is down: left out"), "{err}");
+    // an interface no host has: an error naming the variable, on every rank
+    let o = run(&c, &["-np", "4", "-x", "CCL_SOCKET_IFNAME=eth0,nosuch9", MATRIX]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("CCL_SOCKET_IFNAME") && err.contains("no interface nosuch9 with an IPv4 address"), "{err}");
+    assert_clean(&c);
+}

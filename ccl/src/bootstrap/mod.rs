@@ -73,10 +73,22 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         std::thread::spawn(Shm::sweep_stale);
     }
     let bell = Shm::create_bell(&files, env.rank).map_err(at)?;
-    let ip = tcp_ip(&config, &env.id).map_err(at)?;
-    let listener = Tcp::listen(ip).map_err(at)?;
-    let addr = listener.local_addr().map_err(|e| Error::transport(format!("tcp listener: {e}"))).map_err(at)?;
     let info = config.debug >= crate::config::LogLevel::Info;
+    let ips = tcp_ips(&config, &env.id, |why| {
+        if info {
+            eprintln!("ccl INFO rank {}: {why}", env.rank)
+        }
+    })
+    .map_err(at)?;
+    let listeners =
+        ips.iter().map(|(n, ip)| Ok((n.clone(), Tcp::listen(*ip)?))).collect::<Result<Vec<_>>>().map_err(at)?;
+    let addrs = listeners
+        .iter()
+        .map(|(n, l)| l.local_addr().map(|a| if n.is_empty() { a.to_string() } else { format!("{n}={a}") }))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| Error::transport(format!("tcp listener: {e}")))
+        .map_err(at)?;
+    let ip = ips[0].1;
     let dev = rdma::open(&config, ip, env.rank);
     if let (Err(why), true) = (&dev, info) {
         eprintln!("ccl INFO rank {}: no RDMA ({why}): TCP between hosts", env.rank);
@@ -85,18 +97,14 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         rank: env.rank,
         host: hostid::host_id(),
         pid: std::process::id(),
-        addr: addr.to_string(),
+        addr: addrs.join(","),
         machine: hostid::machine_id(),
         rdma: dev.as_ref().map_or("", |d| d.link_layer().tag()).into(),
     };
     let table = join(&env.id, &me, env.size, config.timeout).map_err(at)?;
     let hosts_ids: Vec<String> = table.iter().map(|p| p.host.clone()).collect();
     let pids: Vec<u32> = table.iter().map(|p| p.pid).collect();
-    let peers = table
-        .iter()
-        .map(|p| p.addr.parse().map_err(|_| Error::transport(format!("rank {} sent address {:?}", p.rank, p.addr))))
-        .collect::<Result<Vec<std::net::SocketAddr>>>()
-        .map_err(at)?;
+    let peers = table.iter().map(listens_at).collect::<Result<Vec<_>>>().map_err(at)?;
     // hosts made with CCL_HOSTID may share one machine's cores
     let sharing = table.iter().filter(|p| p.machine == me.machine).count();
     let machine = Machine::here(sharing);
@@ -104,9 +112,10 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
     let config = config.on_machine(&machine);
     let shm =
         Shm::new(&files, env.rank, bell, hosts_ids.clone(), pids, NSLOTS, config.slot_bytes(), !config.shm_disable);
-    let hosts: Arc<[String]> = peers.iter().map(|a| a.ip().to_string()).collect();
-    let tcp = Tcp::new(env.rank, *env.id.secret(), listener, peers, config.sockets_per_peer, config.checksum)
-        .patience(config.timeout);
+    let hosts: Arc<[String]> = peers.iter().map(|a| a[0].1.ip().to_string()).collect();
+    let tcp =
+        Tcp::on_interfaces(env.rank, *env.id.secret(), listeners, peers, config.sockets_per_peer, config.checksum)
+            .patience(config.timeout);
     let tcp = Arc::new(tcp);
     let mut list: Vec<Arc<dyn Transport>> = vec![Arc::new(shm)];
     if let Ok(dev) = dev {
@@ -165,26 +174,100 @@ fn streamed_outputs(config: &Config, set: bool, machine: &Machine) -> String {
     }
 }
 
-/// The address the TCP transport listens on: `CCL_SOCKET_IFNAME`'s IPv4
-/// address, or else the local address this host uses to reach the
-/// rendezvous (found without sending anything).
-fn tcp_ip(config: &Config, id: &UniqueId) -> Result<std::net::IpAddr> {
-    if !config.socket_ifname.is_empty() {
-        return interface_ipv4(&config.socket_ifname).map(std::net::IpAddr::V4).ok_or_else(|| {
-            Error::new(crate::ErrorKind::Config {
-                var: "CCL_SOCKET_IFNAME",
-                value: config.socket_ifname.clone(),
-                why: "no such interface with an IPv4 address".into(),
-            })
-        });
+/// The addresses the TCP transport listens on, by interface name: the
+/// IPv4 address of each interface `CCL_SOCKET_IFNAME` names that is up
+/// (one that is down is left out, said to `info`; all down, or one without
+/// an IPv4 address, is an error), or else the local address this host
+/// uses to reach the rendezvous (found without sending anything), unnamed.
+fn tcp_ips(config: &Config, id: &UniqueId, info: impl Fn(String)) -> Result<Vec<(String, std::net::IpAddr)>> {
+    let names = config.socket_ifnames();
+    if names.is_empty() {
+        let ip = crate::transport::tcp::route_source(id.addr)
+            .map_err(|e| Error::transport(format!("no route to the rendezvous at {}: {e}", id.addr)))?;
+        return Ok(vec![(String::new(), ip)]);
     }
-    crate::transport::tcp::route_source(id.addr)
-        .map_err(|e| Error::transport(format!("no route to the rendezvous at {}: {e}", id.addr)))
+    let bad = |why: String| {
+        Error::new(crate::ErrorKind::Config { var: "CCL_SOCKET_IFNAME", value: config.socket_ifname.clone(), why })
+    };
+    if names.len() > MAX_INTERFACES {
+        return Err(bad(format!("{} interfaces: at most {MAX_INTERFACES}", names.len())));
+    }
+    let mut ips = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(bad(format!("{name} is named twice")));
+        }
+        match interface_ipv4(name) {
+            None => return Err(bad(format!("no interface {name} with an IPv4 address"))),
+            Some((ip, true)) => ips.push((name.to_string(), std::net::IpAddr::V4(ip))),
+            Some((ip, false)) => info(format!("CCL_SOCKET_IFNAME: {name} ({ip}) is down: left out")),
+        }
+    }
+    if ips.is_empty() {
+        return Err(bad("every interface it names is down".into()));
+    }
+    Ok(ips)
 }
+
+/// Where rank `p` listens, one address per interface (`name=ip:port`,
+/// or `ip:port` unnamed), as its entry in the rendezvous table says.
+fn listens_at(p: &PeerInfo) -> Result<Vec<(String, std::net::SocketAddr)>> {
+    let bad = || Error::transport(format!("rank {} sent address {:?}", p.rank, p.addr));
+    let one = |a: &str| {
+        let (name, at) = a.split_once('=').unwrap_or(("", a));
+        Ok((name.to_string(), at.parse().map_err(|_| bad())?))
+    };
+    let addrs = p.addr.split(',').map(one).collect::<Result<Vec<_>>>()?;
+    // (at most one per interface it could have named)
+    if addrs.len() > MAX_INTERFACES {
+        return Err(bad());
+    }
+    Ok(addrs)
+}
+
+/// Interfaces a rank may listen on.
+const MAX_INTERFACES: usize = 64;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_interfaces_are_listed_in_order_and_bad_ones_named() {
+        let id = UniqueId::new("127.0.0.1:9".parse().expect("addr"));
+        let ips = |names: &str| {
+            let config = Config { socket_ifname: names.into(), ..Config::default() };
+            tcp_ips(&config, &id, |why| panic!("said {why}"))
+        };
+        let lo = ips(" lo ").expect("loopback");
+        assert_eq!(lo, vec![("lo".to_string(), std::net::IpAddr::from([127, 0, 0, 1]))]);
+        // unnamed, the address that reaches the rendezvous
+        assert_eq!(ips("").expect("route"), vec![(String::new(), std::net::IpAddr::from([127, 0, 0, 1]))]);
+        for (names, why) in [("lo,lo", "lo is named twice"), ("lo,nosuch9", "no interface nosuch9 with an IPv4 address")] {
+            let e = ips(names).expect_err(names).to_string();
+            assert!(e.contains("CCL_SOCKET_IFNAME") && e.contains(why), "{names}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_rank_listens_at_one_address_per_interface_or_its_entry_is_refused() {
+        let entry = |addr: &str| PeerInfo {
+            rank: 3,
+            host: "h".into(),
+            pid: 1,
+            addr: addr.into(),
+            machine: "m".into(),
+            rdma: String::new(),
+        };
+        let at = listens_at(&entry("eth0=10.0.0.1:5000,eth1=172.16.0.1:5001")).expect("two");
+        assert_eq!(at[1], ("eth1".to_string(), "172.16.0.1:5001".parse().expect("addr")));
+        assert_eq!(listens_at(&entry("10.0.0.1:5000")).expect("one")[0].0, "");
+        let many = vec!["10.0.0.1:1"; MAX_INTERFACES + 1].join(",");
+        for bad in ["", "eth0=", "10.0.0.1", "eth0=10.0.0.1:5000,,", many.as_str()] {
+            let e = listens_at(&entry(bad)).expect_err(bad).to_string();
+            assert!(e.contains("rank 3 sent address"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn info_says_where_outputs_bypass_the_cache_and_why() {

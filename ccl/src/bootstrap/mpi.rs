@@ -17,7 +17,8 @@ const ID_BYTES: usize = 128;
 /// The address rank 0 offers: `CCL_SOCKET_IFNAME`'s, else the one of the
 /// default route (found without sending anything), else loopback.
 fn offer_ip(config: &Config) -> std::net::IpAddr {
-    if let Some(ip) = crate::transport::tcp::interface_ipv4(&config.socket_ifname) {
+    let first = config.socket_ifnames().first().and_then(|n| crate::transport::tcp::interface_ipv4(n));
+    if let Some((ip, _)) = first {
         return ip.into();
     }
     // TEST-NET-1: only the route is looked up

@@ -114,7 +114,8 @@ impl Shared {
         // accepted since the hellos were last read: a waiting socket is read
         // several times before enough newcomers come to push it out
         let mut unread = 0;
-        while let Ok((s, from)) = self.listener.accept() {
+        let accepted = self.listeners.iter().flat_map(|l| std::iter::from_fn(move || l.accept().ok()));
+        for (s, from) in accepted {
             unread += 1;
             if unread >= UNHELLOED.per_source / 4 && admit::victim(&pending, from.ip(), UNHELLOED).is_some() {
                 self.read_hellos(&mut pending);
@@ -190,7 +191,11 @@ impl Shared {
             {
                 let Some(sh) = weak.upgrade() else { return };
                 if sh.unclaimed.load(Ordering::Relaxed) == 0 {
-                    fds.push(libc::pollfd { fd: sh.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+                    fds.extend(sh.listeners.iter().map(|l| libc::pollfd {
+                        fd: l.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }));
                     if let Ok(p) = sh.pending.lock() {
                         fds.extend(p.iter().map(|u| libc::pollfd {
                             fd: u.0.as_raw_fd(),

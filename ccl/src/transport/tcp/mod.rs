@@ -52,17 +52,18 @@ struct SockFlag {
     want_write: AtomicBool,
 }
 
-/// What the transport's connections share: the listener, the secret,
-/// sockets accepted but not yet claimed, and what to poll.
+/// What the transport's connections share: the listeners (one on each
+/// of the rank's interfaces), the secret, sockets accepted but not yet
+/// claimed, and what to poll.
 struct Shared {
     me: usize,
     secret: [u8; 16],
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     nsocks: usize,
     inbox: Mutex<Inbox>,
     polled: Mutex<Vec<Weak<SockFlag>>>,
     /// Receiving connections still waiting for their sockets: while there
-    /// are any, the listener is worth polling.
+    /// are any, the listeners are worth polling.
     unclaimed: AtomicUsize,
     /// Accepted sockets whose hello has not fully arrived: source, when
     /// accepted, and bytes so far. Read without blocking, so a
@@ -154,7 +155,10 @@ impl Shared {
 pub struct Tcp {
     shared: Arc<Shared>,
     checksum: bool,
-    peers: Vec<SocketAddr>,
+    /// The interfaces this endpoint listens on, by name, in order.
+    names: Vec<String>,
+    /// Where every endpoint listens: one address per interface, named.
+    peers: Vec<Vec<(String, SocketAddr)>>,
     /// Every endpoint's host as the errors name it: its address.
     hosts: Arc<[String]>,
     bell: Doorbell,
@@ -230,10 +234,9 @@ impl Tcp {
         Ok(l)
     }
 
-    /// The transport of endpoint `me`, whose peers listen at `peers`, with
-    /// `nsocks` sockets per connection; `checksum` adds a CRC32 to every
-    /// payload it sends. Each connection's ring of slots is cut as its
-    /// group asks when it connects.
+    /// [`Tcp::on_interfaces`] on one unnamed interface, its peers each at
+    /// one address.
+    #[cfg(test)]
     pub fn new(
         me: usize,
         secret: [u8; 16],
@@ -242,10 +245,32 @@ impl Tcp {
         nsocks: usize,
         checksum: bool,
     ) -> Self {
+        let peers = peers.into_iter().map(|a| vec![(String::new(), a)]).collect();
+        Tcp::on_interfaces(me, secret, vec![(String::new(), listener)], peers, nsocks, checksum)
+    }
+
+    /// The transport of endpoint `me`, listening on one interface or
+    /// several (`listeners`, named, in the order `CCL_SOCKET_IFNAME` names
+    /// them), its peers on theirs (`peers`), with `nsocks` sockets per
+    /// connection; `checksum` adds a CRC32 to every payload it sends. Each
+    /// connection's ring of slots is cut as its group asks when it
+    /// connects. Channel `c`'s connection to a peer goes to the `c`-th
+    /// (modulo their count) of this endpoint's interfaces that the peer
+    /// listens on too, so the channels spread over the interfaces both
+    /// have.
+    pub fn on_interfaces(
+        me: usize,
+        secret: [u8; 16],
+        listeners: Vec<(String, TcpListener)>,
+        peers: Vec<Vec<(String, SocketAddr)>>,
+        nsocks: usize,
+        checksum: bool,
+    ) -> Self {
+        let (names, listeners) = listeners.into_iter().unzip();
         let shared = Shared {
             me,
             secret,
-            listener,
+            listeners,
             nsocks: nsocks.max(1),
             inbox: Mutex::new(HashMap::new()),
             polled: Mutex::new(Vec::new()),
@@ -254,11 +279,25 @@ impl Tcp {
             seen: Mutex::new(std::collections::HashSet::new()),
             told: Mutex::default(),
         };
-        let hosts = peers.iter().map(|a| a.ip().to_string()).collect();
+        let hosts = peers.iter().map(|a| a.first().map_or_else(|| "tcp".into(), |a| a.1.ip().to_string())).collect();
         let shared = Arc::new(shared);
         Shared::accept_in_background(&shared);
         let patience = crate::config::Config::default().timeout;
-        Tcp { shared, checksum, peers, hosts, bell: Doorbell::new(), told_to: Mutex::default(), patience }
+        Tcp { shared, checksum, names, peers, hosts, bell: Doorbell::new(), told_to: Mutex::default(), patience }
+    }
+
+    /// Where channel `channel`'s connection to `to` goes: the peer's
+    /// address on the `channel`-th (modulo their count) of this endpoint's
+    /// interfaces the peer has too, or its first address where they share
+    /// none.
+    fn peer_addr(&self, to: usize, channel: usize) -> Option<SocketAddr> {
+        let addrs = self.peers.get(to)?;
+        let both: Vec<SocketAddr> =
+            self.names.iter().filter_map(|n| addrs.iter().find(|(m, _)| m == n).map(|&(_, a)| a)).collect();
+        match both.len() {
+            0 => addrs.first().map(|&(_, a)| a),
+            k => Some(both[channel % k]),
+        }
     }
 
     /// How long a connection to a peer is tried before it fails (the
@@ -279,7 +318,7 @@ impl Transport for Tcp {
     }
 
     fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {
-        let addr = *self.peers.get(key.to).ok_or_else(|| Error::internal("peer address"))?;
+        let addr = self.peer_addr(key.to, key.channel as usize).ok_or_else(|| Error::internal("peer address"))?;
         let dial = Dial { addr, key, shared: Arc::clone(&self.shared), patience: self.patience };
         let socks = (0..self.shared.nsocks).map(|idx| dial.connect(idx)).collect::<Result<Vec<_>>>()?;
         let slots = Slots::new(ring)?;
@@ -303,7 +342,9 @@ impl Transport for Tcp {
 
     fn poll_fds(&self, out: &mut Vec<libc::pollfd>) {
         if self.shared.unclaimed.load(Ordering::Relaxed) > 0 {
-            out.push(libc::pollfd { fd: self.shared.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            for l in &self.shared.listeners {
+                out.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            }
         }
         if let Ok(p) = self.shared.polled.lock() {
             for f in p.iter().filter_map(Weak::upgrade) {
@@ -332,8 +373,9 @@ impl Transport for Tcp {
     }
 }
 
-/// The IPv4 address of network interface `name`, if it has one.
-pub fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
+/// The IPv4 address of network interface `name`, if it has one, and
+/// whether the interface is up and running (its link has a carrier).
+pub fn interface_ipv4(name: &str) -> Option<(std::net::Ipv4Addr, bool)> {
     let mut ifs: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `ifs` with a list we free below.
     if unsafe { libc::getifaddrs(&mut ifs) } != 0 {
@@ -352,7 +394,9 @@ pub fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
             if fam == libc::AF_INET {
                 // SAFETY: AF_INET addresses are sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+                let up = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_uint;
+                let running = ifa.ifa_flags & up == up;
+                found = Some((std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)), running));
                 break;
             }
         }
@@ -381,7 +425,7 @@ mod tests {
     /// second one returned: rank 1's, listening on loopback.
     fn pair(checksum: bool) -> (Tcp, Tcp) {
         let rx = transport(1, checksum);
-        let rx_addr = rx.shared.listener.local_addr().expect("addr");
+        let rx_addr = rx.shared.listeners[0].local_addr().expect("addr");
         let l = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
         (Tcp::new(0, [9; 16], l, vec![rx_addr; 2], 1, checksum), rx)
     }
@@ -429,6 +473,49 @@ mod tests {
             }
         }
         Ok(got)
+    }
+
+    #[test]
+    fn channels_spread_over_the_interfaces_a_peer_listens_on() {
+        // rank 1 listens on two loopback addresses, as on two interfaces:
+        // channel c goes to its address c mod 2, and either carries data
+        let (a, b) = ([127, 0, 0, 1].into(), [127, 0, 0, 2].into());
+        let named = |l: TcpListener, n: &str| (n.to_string(), l);
+        let listeners = vec![named(Tcp::listen(a).expect("listen"), "a"), named(Tcp::listen(b).expect("listen"), "b")];
+        let at: Vec<(String, SocketAddr)> = listeners.iter().map(|(n, l)| (n.clone(), l.local_addr().expect("addr"))).collect();
+        let rx = Tcp::on_interfaces(1, [9; 16], listeners, vec![Vec::new(), at.clone()], 1, false);
+        let mine = vec![named(Tcp::listen(a).expect("listen"), "a"), named(Tcp::listen(b).expect("listen"), "b")];
+        let tx = Tcp::on_interfaces(0, [9; 16], mine, vec![Vec::new(), at.clone()], 1, false);
+        let ring = Geometry { nslots: 2, slot_bytes: 1024 };
+        for channel in 0..4 {
+            let key = ConnKey { comm: 7, from: 0, to: 1, channel };
+            let mut s = tx.connect_send(key, ring).expect("send");
+            let mut r = rx.connect_recv(key, ring).expect("recv");
+            let frames: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i ^ channel as u8; 1024]).collect();
+            assert_eq!(relay(&mut s, &mut r, &frames).expect("relayed"), frames, "channel {channel}");
+        }
+        // where the second address has no listener, odd channels cannot
+        // connect and even ones still do
+        let gone = Tcp::listen(b).expect("listen").local_addr().expect("addr");
+        let mine = vec![named(Tcp::listen(a).expect("listen"), "a"), named(Tcp::listen(b).expect("listen"), "b")];
+        let peers = vec![Vec::new(), vec![at[0].clone(), ("b".to_string(), gone)]];
+        let tx = Tcp::on_interfaces(0, [9; 16], mine, peers, 1, false).patience(Duration::from_secs(1));
+        let key = |channel| ConnKey { comm: 8, from: 0, to: 1, channel };
+        assert!(tx.connect_send(key(0), ring).is_ok());
+        match tx.connect_send(key(1), ring) {
+            Ok(_) => panic!("no listener at the second address, yet connected"),
+            Err(e) => assert!(e.to_string().contains(&gone.to_string()), "{e}"),
+        }
+        // an interface the peer does not listen on is not used for it: a
+        // sender on `b` alone, or on `c` and `a`, reaches a peer on `a` alone
+        let peers = vec![Vec::new(), vec![at[0].clone()]];
+        for names in [vec!["b"], vec!["c", "a"]] {
+            let mine = names.iter().map(|n| named(Tcp::listen(a).expect("listen"), n)).collect();
+            let tx = Tcp::on_interfaces(0, [9; 16], mine, peers.clone(), 1, false);
+            for channel in 0..3 {
+                assert_eq!(tx.peer_addr(1, channel), Some(at[0].1), "{names:?}, channel {channel}");
+            }
+        }
     }
 
     #[test]
@@ -511,7 +598,7 @@ mod tests {
     #[test]
     fn idle_strangers_cannot_fill_the_listener_of_a_rank_between_calls() {
         let (tx, rx) = pair(false);
-        let addr = rx.shared.listener.local_addr().expect("addr");
+        let addr = rx.shared.listeners[0].local_addr().expect("addr");
         // more idle connections than the listener's backlog holds, while
         // rank 1 is in no call
         let idle: Vec<TcpStream> = (0..300).filter_map(|_| TcpStream::connect(addr).ok()).collect();
@@ -663,7 +750,7 @@ mod tests {
         let rx = transport(1, true);
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
         let mut r = rx.connect_recv(key, Geometry { nslots: 4, slot_bytes: 256 }).expect("recv end");
-        let addr = rx.shared.listener.local_addr().expect("addr");
+        let addr = rx.shared.listeners[0].local_addr().expect("addr");
         // a stranger with the wrong secret is dropped; the real sender is accepted
         let mut stranger = TcpStream::connect(addr).expect("connect");
         stranger.write_all(&[0u8; HELLO]).expect("garbage hello");
@@ -688,7 +775,7 @@ mod tests {
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
         let mut r = rx.connect_recv(key, Geometry { nslots: 4, slot_bytes: 256 }).expect("recv end");
         assert!(r.offers().lands);
-        let mut s = TcpStream::connect(rx.shared.listener.local_addr().expect("addr")).expect("connect");
+        let mut s = TcpStream::connect(rx.shared.listeners[0].local_addr().expect("addr")).expect("connect");
         s.write_all(&rx.shared.hello(key, 0).expect("hello")).expect("hello");
         let head = |p: &[u8]| header(p.len(), &[1, 2, 3, 4], u64::from(crc32fast::hash(p)) | HAS_CRC);
         let mut places = vec![[0u8; 64]; 5];
@@ -753,7 +840,7 @@ mod tests {
     fn only_fresh_hellos_with_the_secret_get_in() {
         let rx = transport(1, false);
         let key = ConnKey { comm: 7, from: 0, to: 1, channel: 0 };
-        let addr = rx.shared.listener.local_addr().expect("addr");
+        let addr = rx.shared.listeners[0].local_addr().expect("addr");
         let real = rx.shared.hello(key, 0).expect("hello");
         let mut forged = real.clone();
         forged[20] ^= 1; // addressed to another rank, tag unchanged

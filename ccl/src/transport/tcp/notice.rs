@@ -83,7 +83,9 @@ impl Tcp {
     pub(super) fn tell(&self, peer: usize, comm: u64, calls: &[Words]) -> Result<()> {
         let Some(latest) = calls.iter().map(|c| c[3]).max() else { return Ok(()) };
         let first = self.told_to.lock().is_ok_and(|mut t| t.insert((peer, comm, latest)));
-        let Some(&addr) = self.peers.get(peer).filter(|_| first && peer != self.shared.me) else { return Ok(()) };
+        let Some(&(_, addr)) = self.peers.get(peer).and_then(|a| a.first()).filter(|_| first && peer != self.shared.me) else {
+            return Ok(());
+        };
         let mut bytes = self.shared.hello(ConnKey { comm, from: self.shared.me, to: peer, channel: NOTICE }, 0)?;
         for c in calls {
             bytes.extend(std::iter::once(comm).chain(c.iter().copied()).flat_map(u64::to_le_bytes));
