@@ -96,16 +96,16 @@ impl Sim<'_> {
             self.sent[nf] += bytes;
             self.got[nt] += bytes;
             let (out, into) = (self.nic_out[nf], self.nic_in[nt]);
-            let (a, b, end) = self.carry((out, into), self.bw, (elems, first, last), self.model.inter.latency);
-            self.nic_out[nf] = end;
-            self.nic_in[nt] = end;
+            let (a, b, free) = self.carry((out, into), self.bw, (elems, first, last), self.model.inter.latency);
+            self.nic_out[nf] = free;
+            self.nic_in[nt] = free;
             (a, b)
         } else if self.model.streams {
             let (out, into) = (self.gpu_out[from], self.gpu_in[to % self.reps]);
             let bw = self.model.intra.bandwidth;
-            let (a, b, end) = self.carry((out, into), bw, (elems, first, last), self.model.intra.latency);
-            self.gpu_out[from] = end;
-            self.gpu_in[to % self.reps] = end;
+            let (a, b, free) = self.carry((out, into), bw, (elems, first, last), self.model.intra.latency);
+            self.gpu_out[from] = free;
+            self.gpu_in[to % self.reps] = free;
             (a, b)
         } else {
             (first + self.model.intra.latency, last + self.model.intra.latency)
@@ -170,9 +170,8 @@ impl Sim<'_> {
     /// its own host (out of the other core's cache): busy time, which its
     /// other channels cannot use; the message's first slot comes slower.
     /// Across hosts the network moves the bytes, between GPUs their links.
-    /// A local step on peers'
-    /// buffers (shared memory) moves their bytes between the cores itself,
-    /// at the same rate.
+    /// A local step on peers' buffers (shared memory) moves their bytes
+    /// between the cores itself, at the same rate.
     fn pull(&self, r: usize, step: &Step) -> f64 {
         if step.is_local() {
             let mut regions = step.reads();
