@@ -312,7 +312,7 @@ knobs! {
     ib_disable: bool = false, "CCL_IB_DISABLE", "0";
     /// 1: RDMA through ccl's software verbs provider (over TCP), for tests; with CCL_SHM_DISABLE=1 it also connects ranks of one host.
     ib_soft: bool = false, "CCL_IB_SOFT", "0";
-    /// RDMA ports to use (feature `rdma`), NCCL's syntax: a list of `device[:port]`, ^ to exclude those, = for exact names (empty: the first active port).
+    /// RDMA ports to use (feature `rdma`), NCCL's syntax: a list of `device[:port]`, ^ to exclude those, = for exact names (empty: every device's first active port); channel c's connections use port c modulo their count.
     ib_hca: String = String::new(), "CCL_IB_HCA", "";
     /// GID index of RoCE ports (feature `rdma`); auto: the first RoCE v2 GID of an IPv4 address, else the first RoCE v2 one, else the first valid one.
     ib_gid_index: Option<usize> = None, "CCL_IB_GID_INDEX", "auto";

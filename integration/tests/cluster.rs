@@ -303,7 +303,8 @@ fn roots_mismatched_across_hosts_fail_instead_of_hanging() {
 fn channels_spread_over_every_interface_socket_ifname_lists() {
     // two hosts of two ranks, each host with eth0 and eth1 on networks of
     // their own: with both named, the second channel's connections go over
-    // eth1, and the collective matrix is still right
+    // eth1 (over TCP, and over RDMA by the software provider), and the
+    // collective matrix is still right
     let Some(c) = Cluster::with_nics("nics", 2, 2, 2) else { return };
     let sent = |k| c.sent(1, k) + c.sent(2, k);
     let job = |ifnames: &str, extra: &[&str]| {
@@ -324,6 +325,19 @@ fn channels_spread_over_every_interface_socket_ifname_lists() {
     let (eth0, eth1, _) = job("CCL_SOCKET_IFNAME=eth0,eth1", &[]);
     eprintln!("both interfaces: eth0 sent {eth0} B, eth1 {eth1} B");
     assert!(eth1 > eth0 / 4.0, "eth0 sent {eth0} B, eth1 {eth1} B");
+    // RDMA (the software provider: a device on each interface) takes the
+    // same per-channel choice of port
+    let (eth0, eth1, err) = job("CCL_SOCKET_IFNAME=eth0,eth1", &["-x", "CCL_IB_SOFT=1", "-x", "CCL_DEBUG=INFO"]);
+    eprintln!("both interfaces, soft rdma: eth0 sent {eth0} B, eth1 {eth1} B");
+    assert!(eth1 > eth0 / 4.0, "soft rdma: eth0 sent {eth0} B, eth1 {eth1} B");
+    // rank 0 (host 1) sends to rank 2 (host 2) on each channel through
+    // another device: one on eth0's network, one on eth1's
+    let devs: std::collections::HashSet<&str> = err
+        .lines()
+        .filter(|l| l.contains("ccl INFO rank 0 send rank 2: rdma soft:"))
+        .filter_map(|l| l.rsplit("soft:").next())
+        .collect();
+    assert_eq!(devs.len(), 2, "{err}");
     // host 2's eth1 down: it is left out there, said at INFO, and every
     // connection to or from host 2 takes eth0
     c.nic(2, 1, false);

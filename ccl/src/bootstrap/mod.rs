@@ -88,8 +88,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| Error::transport(format!("tcp listener: {e}")))
         .map_err(at)?;
-    let ip = ips[0].1;
-    let dev = rdma::open(&config, ip, env.rank);
+    let dev = rdma::open(&config, &ips.iter().map(|&(_, ip)| ip).collect::<Vec<_>>(), env.rank);
     if let (Err(why), true) = (&dev, info) {
         eprintln!("ccl INFO rank {}: no RDMA ({why}): TCP between hosts", env.rank);
     }
@@ -99,7 +98,7 @@ pub fn start(env: &LaunchEnv, config: Config) -> Result<Group> {
         pid: std::process::id(),
         addr: addrs.join(","),
         machine: hostid::machine_id(),
-        rdma: dev.as_ref().map_or("", |d| d.link_layer().tag()).into(),
+        rdma: dev.as_ref().ok().and_then(|d| d.first()).map_or("", |d| d.link_layer().tag()).into(),
     };
     let table = join(&env.id, &me, env.size, config.timeout).map_err(at)?;
     let hosts_ids: Vec<String> = table.iter().map(|p| p.host.clone()).collect();

@@ -57,28 +57,51 @@ pub(super) struct Watch {
     fd: RawFd,
 }
 
+/// One of the process's RDMA ports, and the caller's memory registered
+/// with it for sending straight from there.
+struct Port {
+    dev: Arc<dyn Device>,
+    name: String,
+    spans: Arc<spans::Spans>,
+}
+
 /// What the transport's connections share.
 struct Shared {
     me: usize,
-    dev: Arc<dyn Device>,
-    dev_name: String,
+    /// The ports its connections spread over, channel `c` on port `c`
+    /// modulo their count; all of one link layer.
+    ports: Vec<Port>,
     link: LinkLayer,
     /// Every endpoint's host, as errors name it.
     hosts: Arc<[String]>,
     info: bool,
     watched: Mutex<Vec<Weak<Watch>>>,
-    /// The caller's memory registered for sending straight from it.
-    spans: Arc<spans::Spans>,
 }
 
-/// One connection's view of the transport: its peer, and what it shares.
+/// One connection's view of the transport: its peer, its port, and what
+/// it shares.
 pub(super) struct Link {
     peer: usize,
-    dev: Arc<dyn Device>,
+    /// Its port, of `shared.ports`.
+    port: usize,
     shared: Arc<Shared>,
 }
 
 impl Link {
+    /// Its port's device.
+    fn dev(&self) -> &Arc<dyn Device> {
+        &self.shared.ports[self.port].dev
+    }
+
+    /// What is registered with its port for sending straight from there.
+    fn spans(&self) -> &spans::Spans {
+        &self.shared.ports[self.port].spans
+    }
+
+    fn dev_name(&self) -> &str {
+        &self.shared.ports[self.port].name
+    }
+
     /// Polls `fd` while the returned watch lives.
     fn watch(&self, fd: RawFd) -> Arc<Watch> {
         let w = Arc::new(Watch { fd });
@@ -95,7 +118,7 @@ impl Link {
 
     /// The error a failed completion is: a peer that stopped answering is lost.
     fn failed(&self, st: Status) -> Error {
-        let dev = &self.shared.dev_name;
+        let dev = self.dev_name();
         match st {
             Status::RetryExceeded => Error::new(ErrorKind::PeerLost {
                 rank: self.peer,
@@ -113,7 +136,10 @@ impl Link {
             return Err(Error::transport(format!(
                 "rdma: rank {} uses a {:?} port, this rank {:?} ({}): set CCL_IB_HCA to ports of one link layer, or \
                  CCL_IB_DISABLE=1",
-                self.peer, q.link, self.shared.link, self.shared.dev_name
+                self.peer,
+                q.link,
+                self.shared.link,
+                self.dev_name()
             )));
         }
         Ok(())
@@ -122,7 +148,7 @@ impl Link {
     /// Says, at INFO, that the `dir` end to the peer is connected.
     fn connected(&self, dir: &str) {
         if self.shared.info {
-            eprintln!("ccl INFO rank {} {dir} rank {}: rdma {}", self.shared.me, self.peer, self.shared.dev_name);
+            eprintln!("ccl INFO rank {} {dir} rank {}: rdma {}", self.shared.me, self.peer, self.dev_name());
         }
     }
 }
@@ -139,37 +165,52 @@ pub struct Rdma {
     bell: Doorbell,
 }
 
-/// The device `config` picks for rank `rank`, whose TCP transport listens
-/// on `ip`, or why there is none.
-pub fn open(config: &Config, ip: std::net::IpAddr, rank: usize) -> std::result::Result<Arc<dyn Device>, String> {
+/// The devices `config` picks for rank `rank`, whose TCP transport listens
+/// on `ips`, or why there is none: every active port `CCL_IB_HCA` allows
+/// (the first of each device), or the software provider's, one on each
+/// of `ips`.
+pub fn open(config: &Config, ips: &[std::net::IpAddr], rank: usize) -> std::result::Result<Vec<Arc<dyn Device>>, String> {
     if config.ib_disable {
         return Err("CCL_IB_DISABLE=1".into());
     }
     if config.ib_soft {
         let retry = config.timeout.min(Duration::from_secs(8));
         let fault = config.ib_soft_fault.filter(|f| f.rank == rank);
-        return soft::SoftDevice::open(ip, retry, fault).map(|d| Arc::new(d) as Arc<dyn Device>).map_err(|e| e.to_string());
+        let one = |ip: &std::net::IpAddr| {
+            soft::SoftDevice::open(*ip, retry, fault).map(|d| Arc::new(d) as Arc<dyn Device>).map_err(|e| e.to_string())
+        };
+        return ips.iter().map(one).collect();
     }
     #[cfg(feature = "rdma")]
-    return ibv::open(&config.ib_hca, config.ib_gid_index).map(|d| Arc::new(d) as Arc<dyn Device>);
+    return ibv::open(&config.ib_hca, config.ib_gid_index)
+        .map(|v| v.into_iter().map(|d| Arc::new(d) as Arc<dyn Device>).collect());
     #[cfg(not(feature = "rdma"))]
     Err("no RDMA provider: built without feature `rdma` (CCL_IB_SOFT=1 uses the software one)".into())
 }
 
 impl Rdma {
-    /// The transport of endpoint `me` over `dev`, meeting peers over `tcp`;
-    /// `hosts` names every endpoint's host, `ports` its RDMA port's link
-    /// layer (none: the transport does not connect it).
+    /// The transport of endpoint `me` over `devs` (channel `c` on device
+    /// `c` modulo their count; those of another link layer than the first
+    /// are left out), meeting peers over `tcp`; `hosts` names every
+    /// endpoint's host, `ports` its RDMA ports' link layer (none: the
+    /// transport does not connect it).
     pub fn new(
         me: usize,
-        dev: Arc<dyn Device>,
+        devs: Vec<Arc<dyn Device>>,
         tcp: Arc<Tcp>,
         hosts: Arc<[String]>,
         ports: Vec<Option<LinkLayer>>,
         info: bool,
     ) -> Result<Self> {
-        let link = dev.link_layer();
-        let dev_name = dev.name();
+        let link = devs.first().ok_or_else(|| Error::internal("rdma without a device"))?.link_layer();
+        let (mine, other): (Vec<_>, Vec<_>) = devs.into_iter().partition(|d| d.link_layer() == link);
+        if info && !other.is_empty() {
+            let names: Vec<String> = other.iter().map(|d| d.name()).collect();
+            eprintln!("ccl INFO rank {me}: rdma: left out {} (another link layer than {link:?})", names.join(", "));
+        }
+        let ports_here: Vec<Port> =
+            mine.into_iter().map(|dev| Port { name: dev.name(), dev, spans: Arc::default() }).collect();
+        let dev_name = ports_here.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
         if info {
             let gdr = if std::path::Path::new("/sys/module/nvidia_peermem").exists() {
                 "nvidia-peermem is loaded, but device memory is not registered yet"
@@ -189,8 +230,7 @@ impl Rdma {
                 eprintln!("ccl INFO rank {me}: TCP, not RDMA, to ranks {}", other.join(", "));
             }
         }
-        let spans = Arc::default();
-        let shared = Arc::new(Shared { me, dev, dev_name, link, hosts, info, watched: Mutex::default(), spans });
+        let shared = Arc::new(Shared { me, ports: ports_here, link, hosts, info, watched: Mutex::default() });
         Ok(Rdma { shared, tcp, ports, qps: 1, bell: Doorbell::new() })
     }
 
@@ -200,8 +240,10 @@ impl Rdma {
         self
     }
 
-    fn link(&self, peer: usize) -> Link {
-        Link { peer, dev: Arc::clone(&self.shared.dev), shared: Arc::clone(&self.shared) }
+    /// Channel `channel`'s connection with `peer`, on its port.
+    fn link(&self, peer: usize, channel: u32) -> Link {
+        let port = channel as usize % self.shared.ports.len();
+        Link { peer, port, shared: Arc::clone(&self.shared) }
     }
 }
 
@@ -217,14 +259,14 @@ impl Transport for Rdma {
 
     fn connect_send(&self, key: ConnKey, ring: Geometry) -> Result<SendConn> {
         let setup = setup::Setup::open(&self.tcp, key, true)?;
-        let (link, nslots) = (self.link(key.to), ring.nslots.max(MIN_SLOTS));
+        let (link, nslots) = (self.link(key.to, key.channel), ring.nslots.max(MIN_SLOTS));
         let qps = qps::Qps::new(&link, self.qps, nslots.div_ceil(self.qps) + EXTRA_DEPTH)?;
         Ok(RdmaSend::new(link, qps, setup, nslots, ring.slot_bytes)?.into())
     }
 
     fn connect_recv(&self, key: ConnKey, ring: Geometry) -> Result<RecvConn> {
         let setup = setup::Setup::open(&self.tcp, key, false)?;
-        let (link, nslots) = (self.link(key.from), ring.nslots.max(MIN_SLOTS));
+        let (link, nslots) = (self.link(key.from, key.channel), ring.nslots.max(MIN_SLOTS));
         let qps = qps::Qps::new(&link, self.qps, nslots.div_ceil(self.qps) + EXTRA_DEPTH)?;
         Ok(RdmaRecv::new(link, qps, setup, nslots, ring.slot_bytes)?.into())
     }
@@ -248,9 +290,13 @@ impl Transport for Rdma {
     }
 
     unsafe fn register(&self, p: *mut u8, len: usize) -> Result<Option<super::Registration>> {
-        // SAFETY: valid until the span drops (the caller's contract).
-        let span = unsafe { spans::Span::new(&self.shared.spans, &self.shared.dev, p, len) }?;
-        Ok(Some(Box::new(span)))
+        // one span on each port, its connections' messages lent from there
+        let mut spans = Vec::with_capacity(self.shared.ports.len());
+        for port in &self.shared.ports {
+            // SAFETY: valid until the span drops (the caller's contract).
+            spans.push(unsafe { spans::Span::new(&port.spans, &port.dev, p, len) }?);
+        }
+        Ok(Some(Box::new(spans)))
     }
 }
 

@@ -18,7 +18,7 @@ pub(super) struct Qps {
 impl Qps {
     /// `k` queue pairs of `depth` requests each way.
     pub(super) fn new(link: &Link, k: usize, depth: usize) -> Result<Self> {
-        let qps = (0..k.max(1)).map(|_| link.dev.queue_pair(depth)).collect::<Result<Vec<_>>>()?;
+        let qps = (0..k.max(1)).map(|_| link.dev().queue_pair(depth)).collect::<Result<Vec<_>>>()?;
         let watches = qps.iter().map(|q| link.watch(q.fd())).collect();
         Ok(Qps { qps, got: Vec::new(), _watches: watches })
     }

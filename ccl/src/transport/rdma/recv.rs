@@ -49,8 +49,8 @@ pub struct RdmaRecv {
 impl RdmaRecv {
     pub(super) fn new(link: Link, mut qps: Qps, setup: Setup, nslots: usize, slot_bytes: usize) -> Result<Self> {
         let stride = (slot_bytes + FP).next_multiple_of(64);
-        let ring = Registered::new(&link.dev, nslots * stride)?;
-        let words = Registered::new(&link.dev, CREDIT_WORDS * 8)?;
+        let ring = Registered::new(link.dev(), nslots * stride)?;
+        let words = Registered::new(link.dev(), CREDIT_WORDS * 8)?;
         // a queue pair carries at most every k-th of the slots' messages
         let k = qps.len();
         for j in 0..k {

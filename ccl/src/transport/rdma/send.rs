@@ -52,8 +52,8 @@ pub struct RdmaSend {
 impl RdmaSend {
     pub(super) fn new(link: Link, qps: Qps, mut setup: Setup, nslots: usize, slot_bytes: usize) -> Result<Self> {
         let stride = (slot_bytes + FP).next_multiple_of(64);
-        let ring = Registered::new(&link.dev, nslots * stride)?;
-        let credit = Registered::new(&link.dev, 64)?;
+        let ring = Registered::new(link.dev(), nslots * stride)?;
+        let credit = Registered::new(link.dev(), 64)?;
         let at = Remote { addr: credit.mr().addr as u64, rkey: credit.mr().rkey };
         setup.say(&Hello { qps: qps.infos(), at, nslots: nslots as u32, stride: stride as u32 })?;
         Ok(RdmaSend {
@@ -187,7 +187,7 @@ impl SendVerbs for RdmaSend {
             return Err(Error::internal(format!("rdma: a message of {bytes} bytes lent for a slot of {}", self.slot_bytes)));
         }
         let slot = (self.posted % self.nslots as u64) as usize;
-        match self.link.shared.spans.find(p, bytes).filter(|_| bytes > 0) {
+        match self.link.spans().find(p, bytes).filter(|_| bytes > 0) {
             Some(mr) => self.publish(bytes, fp, Some((p as usize, mr.lkey))),
             None => {
                 // SAFETY: `p` is valid for `bytes` bytes (lend's contract), which fit

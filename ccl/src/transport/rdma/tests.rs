@@ -18,7 +18,7 @@ fn pair() -> (Rdma, Rdma) {
         let dev: Arc<dyn Device> =
             Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2), None).expect("device"));
         let ports = vec![Some(LinkLayer::Ethernet); 2];
-        Rdma::new(me, dev, tcp, Arc::clone(&hosts), ports, false).expect("rdma")
+        Rdma::new(me, vec![dev], tcp, Arc::clone(&hosts), ports, false).expect("rdma")
     });
     let [a, b] = ends;
     (a, b)
@@ -124,6 +124,53 @@ fn messages_lent_from_registered_memory_go_from_there_and_the_rest_are_copied() 
 }
 
 #[test]
+fn channels_spread_over_the_ports_and_lend_from_their_own_registration() {
+    // each endpoint with two soft devices (on two loopback addresses):
+    // channel c on device c mod 2, each carrying its messages, each
+    // writing from the caller's registered memory through its own device
+    let l1 = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+    let at1 = l1.local_addr().expect("addr");
+    let l0 = Tcp::listen([127, 0, 0, 1].into()).expect("listen");
+    let at0 = l0.local_addr().expect("addr");
+    let hosts: Arc<[String]> = Arc::from(["h0".to_string(), "h1".to_string()]);
+    let [a, b] = [(0, l0), (1, l1)].map(|(me, l)| {
+        let tcp = Arc::new(Tcp::new(me, [3; 16], l, vec![at0, at1], 1, false));
+        let dev = |ip: [u8; 4]| {
+            Arc::new(soft::SoftDevice::open(ip.into(), Duration::from_secs(2), None).expect("device")) as Arc<dyn Device>
+        };
+        let devs = vec![dev([127, 0, 0, 1]), dev([127, 0, 0, 2])];
+        Rdma::new(me, devs, tcp, Arc::clone(&hosts), vec![Some(LinkLayer::Ethernet); 2], false).expect("rdma")
+    });
+    let names: Vec<String> = a.shared.ports.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names.len(), 2);
+    assert_ne!(names[0], names[1], "two devices");
+    let mut mem: Vec<u8> = (0..2 * 4096).map(|_| rand::random()).collect();
+    // SAFETY: `mem` outlives the registration, dropped at the end.
+    let span = unsafe { a.register(mem.as_mut_ptr(), mem.len()) }.expect("register").expect("spans");
+    let ring = Geometry { nslots: 4, slot_bytes: 4096 };
+    for channel in 0..4u32 {
+        assert_eq!(a.link(1, channel).dev_name(), names[channel as usize % 2], "channel {channel}");
+        let key = ConnKey { comm: 6, from: 0, to: 1, channel };
+        let (mut s, mut r) = (a.connect_send(key, ring).expect("send"), b.connect_recv(key, ring).expect("recv"));
+        for (i, m) in mem.chunks(4096).enumerate() {
+            s.reserve(4096, false).expect("reserve").expect("a free slot");
+            // SAFETY: `mem` stays unchanged until `lent` is 0 below.
+            unsafe { s.lend(m.as_ptr(), m.len(), &[i as u64, 0, 0, 0], false) }.expect("lend");
+        }
+        assert_eq!(s.lent(), 2, "channel {channel} writes from registered memory");
+        let got = drain(&mut s, &mut r, 2);
+        assert!(got.iter().zip(mem.chunks(4096)).all(|(g, w)| g.0 == w), "channel {channel}'s bytes");
+        let t = Instant::now();
+        while s.lent() > 0 && t.elapsed() < Duration::from_secs(10) {
+            s.flush().expect("flush");
+        }
+        assert_eq!(s.lent(), 0, "channel {channel}: every lent write completed");
+        stream(&mut s, &mut r, 20, 3000).unwrap_or_else(|e| panic!("channel {channel}: {e}"));
+    }
+    drop(span);
+}
+
+#[test]
 fn a_lent_message_taken_back_or_forgotten_leaves_its_memory_free_to_change() {
     let (a, _b, mut s, mut r) = conns(Geometry { nslots: 8, slot_bytes: 4096 });
     let mut mem = vec![7u8; 2 * 4096];
@@ -214,7 +261,7 @@ fn ranks_without_a_port_or_with_another_link_layer_are_left_to_tcp() {
         Arc::new(soft::SoftDevice::open([127, 0, 0, 1].into(), Duration::from_secs(2), None).expect("device"));
     let hosts: Arc<[String]> = (0..4).map(|h| format!("h{h}")).collect();
     let ports = vec![Some(LinkLayer::Ethernet), None, Some(LinkLayer::Infiniband), Some(LinkLayer::Ethernet)];
-    let r = Rdma::new(0, dev, tcp, hosts, ports, false).expect("rdma");
+    let r = Rdma::new(0, vec![dev], tcp, hosts, ports, false).expect("rdma");
     assert!(r.can_connect(0, 3) && r.can_connect(3, 0));
     assert!(!r.can_connect(0, 1) && !r.can_connect(1, 0), "no port there");
     assert!(!r.can_connect(0, 2), "InfiniBand and RoCE do not meet");

@@ -60,8 +60,9 @@ fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
-/// The port `hca` and `gid_index` pick, opened; `Err` says why there is none.
-pub fn open(hca: &str, gid_index: Option<usize>) -> std::result::Result<IbvDevice, String> {
+/// The ports `hca` and `gid_index` pick (the first active one of each
+/// device it allows), opened; `Err` says why there is none.
+pub fn open(hca: &str, gid_index: Option<usize>) -> std::result::Result<Vec<IbvDevice>, String> {
     let filter = HcaFilter::parse(hca).map_err(|e| format!("CCL_IB_HCA={hca:?}: {e}"))?;
     let lib = sys::lib()?;
     let mut n = 0;
@@ -75,7 +76,7 @@ pub fn open(hca: &str, gid_index: Option<usize>) -> std::result::Result<IbvDevic
         return Err("no RDMA device".into());
     }
     let mut seen = Vec::new();
-    let mut found = Err(String::new());
+    let (mut opened, mut failed) = (Vec::new(), String::new());
     for i in 0..n as usize {
         // SAFETY: `i` < n entries of the list.
         let dev = unsafe { *list.add(i) };
@@ -83,21 +84,18 @@ pub fn open(hca: &str, gid_index: Option<usize>) -> std::result::Result<IbvDevic
         let name = unsafe { CStr::from_ptr((lib.get_device_name)(dev)) }.to_string_lossy().into_owned();
         seen.push(name.clone());
         match open_port(lib, dev, &name, &filter, gid_index) {
-            Ok(Some(p)) => {
-                found = Ok(p);
-                break;
-            }
+            Ok(Some(p)) => opened.push(IbvDevice { port: Arc::new(p), mrs: Mutex::default() }),
             Ok(None) => {}
-            Err(e) => found = Err(e),
+            Err(e) => failed = e,
         }
     }
     // SAFETY: the list returned above; devices opened stay valid after it is freed.
     unsafe { (lib.free_device_list)(list) };
-    match found {
-        Ok(port) => Ok(IbvDevice { port: Arc::new(port), mrs: Mutex::default() }),
-        Err(e) if !e.is_empty() => Err(e),
-        Err(_) if !hca.is_empty() => Err(format!("CCL_IB_HCA={hca:?} allows no active port (devices: {})", seen.join(", "))),
-        Err(_) => Err(format!("no active port (devices: {})", seen.join(", "))),
+    match failed {
+        _ if !opened.is_empty() => Ok(opened),
+        e if !e.is_empty() => Err(e),
+        _ if !hca.is_empty() => Err(format!("CCL_IB_HCA={hca:?} allows no active port (devices: {})", seen.join(", "))),
+        _ => Err(format!("no active port (devices: {})", seen.join(", "))),
     }
 }
 
@@ -221,7 +219,12 @@ mod tests {
         assert!(e.contains("CCL_IB_HCA"), "{e}");
         // here: no libibverbs, or no device, or (on a machine with RDMA) a port
         match super::open("", None) {
-            Ok(d) => println!("opened {}", crate::transport::rdma::verbs::Device::name(&d)),
+            Ok(v) => {
+                assert!(!v.is_empty(), "opened no port, yet no reason");
+                for d in &v {
+                    println!("opened {}", crate::transport::rdma::verbs::Device::name(d));
+                }
+            }
             Err(e) => assert!(e.contains("libibverbs") || e.contains("no RDMA device") || e.contains("no active port"), "{e}"),
         }
     }
