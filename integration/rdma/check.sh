@@ -11,7 +11,9 @@
 #     namespace: `rdma system set netns exclusive` while it runs);
 #  2. the collective matrix across the two hosts over the libibverbs
 #     provider (4 ranks, 2 per host; then 2 channels), each connection
-#     said at INFO, which must name an rxe device;
+#     said at INFO, which must name an rxe device; each host has two (on
+#     eth0 and eth1), and on 2 channels rank 0 must reach rank 2 through
+#     both;
 #  3. faults over it: a rank killed mid all-reduce (every survivor names a
 #     lost rank, exit 137);
 #  4. all-reduce between the hosts, 1 rank each, 8 B - 256 MiB (ccl-perf;
@@ -40,7 +42,7 @@ dir=$(mktemp -d)
 mode=$(rdma system show 2>/dev/null | grep -o 'netns [a-z]*' | cut -d' ' -f2)
 cleanup() {
     for ns in $(cat "$dir/namespaces" 2>/dev/null); do
-        ip netns exec "$ns" rdma link del "rxe${ns##*-h}" 2>/dev/null
+        for k in 0 1; do ip netns exec "$ns" rdma link del "rxe${ns##*-h}n$k" 2>/dev/null; done
     done
     scripts/cluster.sh down "$dir"
     [ -n "$mode" ] && rdma system set netns "$mode" 2>/dev/null
@@ -48,10 +50,12 @@ cleanup() {
 }
 trap cleanup EXIT
 rdma system set netns exclusive || echo "rdma check: could not bind devices to namespaces; both hosts see both"
-scripts/cluster.sh up "$dir" 2 2 >/dev/null || { echo "rdma check: the namespace hosts did not start"; exit 1; }
+scripts/cluster.sh up "$dir" 2 2 2 >/dev/null || { echo "rdma check: the namespace hosts did not start"; exit 1; }
 for ns in $(cat "$dir/namespaces"); do
-    ip netns exec "$ns" rdma link add "rxe${ns##*-h}" type rxe netdev eth0 ||
-        { echo "rdma check: rdma link add in $ns failed"; exit 1; }
+    for k in 0 1; do
+        ip netns exec "$ns" rdma link add "rxe${ns##*-h}n$k" type rxe netdev "eth$k" ||
+            { echo "rdma check: rdma link add on eth$k in $ns failed"; exit 1; }
+    done
 done
 # shellcheck disable=SC1091
 source "$dir/env"
@@ -74,8 +78,13 @@ for extra in "" "-x CCL_NCHANNELS=2 -x CCL_TEST_LARGE=1"; do
     via=$(grep -c ": rdma rxe" <<<"$out")
     fell=$(grep -m1 "no RDMA" <<<"$out")
     echo "$out" | grep -E "rdma|RDMA|error" | head -8
-    if [ "$rc" -eq 0 ] && [ "$ok" -eq 4 ] && [ "$via" -gt 0 ]; then
-        row "matrix, 4 ranks on 2 hosts ${extra:+($extra)}" ok "$via connections over rxe"
+    # on 2 channels, rank 0's sends to rank 2 (the other host) use both ports
+    ports=$(grep "ccl INFO rank 0 send rank 2: rdma rxe" <<<"$out" | awk '{print $NF}' | sort -u | wc -l)
+    want=$([ -n "$extra" ] && echo 2 || echo 1)
+    if [ "$rc" -eq 0 ] && [ "$ok" -eq 4 ] && [ "$via" -gt 0 ] && [ "$ports" -ge "$want" ]; then
+        row "matrix, 4 ranks on 2 hosts ${extra:+($extra)}" ok "$via connections over rxe, $ports port(s) 0 -> 2"
+    elif [ "$ports" -lt "$want" ]; then
+        row "matrix, 4 ranks on 2 hosts ${extra:+($extra)}" WRONG "rank 0 reached rank 2 through $ports port(s)"
     else
         row "matrix, 4 ranks on 2 hosts ${extra:+($extra)}" WRONG "exit $rc, $ok correct, $via over rxe ${fell}"
     fi
