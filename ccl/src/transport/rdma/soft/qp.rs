@@ -188,7 +188,9 @@ impl Shared {
             let rkey = u32::from_le_bytes([h[5], h[6], h[7], h[8]]);
             let len = u32::from_le_bytes([h[9], h[10], h[11], h[12]]);
             let addr = u64::from_le_bytes(h[13..21].try_into().unwrap_or_default());
-            let status = self.land(&mut s, op, imm, rkey, len, addr);
+            // a queue pair in error answers nothing, as hardware drops what
+            // comes for it: the requester finds the peer gone
+            let Some(status) = self.land(&mut s, op, imm, rkey, len, addr) else { return };
             if s.write_all(&[status_code(status)]).is_err() {
                 break;
             }
@@ -206,34 +208,36 @@ impl Shared {
     }
 
     /// Lands one write of `len` bytes read from `s` at `addr` of the region
-    /// `rkey` names, consuming a posted receive if it carries an immediate.
-    fn land(&self, s: &mut TcpStream, op: u8, imm: u32, rkey: u32, len: u32, addr: u64) -> Status {
+    /// `rkey` names, consuming a posted receive if it carries an immediate;
+    /// `None` where this queue pair is in error (its receives flushed).
+    fn land(&self, s: &mut TcpStream, op: u8, imm: u32, rkey: u32, len: u32, addr: u64) -> Option<Status> {
         let drain = |s: &mut TcpStream| drop(std::io::copy(&mut s.take(u64::from(len)), &mut std::io::sink()));
         if op != OP_WRITE && op != OP_WRITE_IMM {
-            return Status::Other(-1);
+            return Some(Status::Other(-1));
         }
         let Some(region) = self.dev.region(rkey, addr, u64::from(len)) else {
             drain(s);
-            return Status::RemoteAccess;
+            return Some(Status::RemoteAccess);
         };
-        let recv = if op == OP_WRITE_IMM {
+        let recv = {
             let mut g = self.lock();
-            match g.1.rq.pop_front() {
-                Some(r) => Some(r),
-                None => {
+            if g.0 == Phase::Error {
+                return None;
+            }
+            match (op == OP_WRITE_IMM).then(|| g.1.rq.pop_front()) {
+                Some(None) => {
                     drop(g);
                     drain(s);
-                    return Status::ReceiverNotReady;
+                    return Some(Status::ReceiverNotReady);
                 }
+                r => r.flatten(),
             }
-        } else {
-            None
         };
         let live = region.live.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !*live {
             drop(live);
             drain(s);
-            return Status::RemoteAccess;
+            return Some(Status::RemoteAccess);
         }
         let read = if len == 8 && addr.is_multiple_of(8) {
             let mut b = [0u8; 8];
@@ -250,13 +254,13 @@ impl Shared {
         };
         drop(live);
         if read.is_err() {
-            return Status::Other(-2);
+            return Some(Status::Other(-2));
         }
         if let Some(wr_id) = recv {
             let mut g = self.lock();
             self.complete(&mut g.1, Completion { wr_id, status: Status::Success, done: Done::Recv { imm, len } });
         }
-        Status::Success
+        Some(Status::Success)
     }
 
     /// Sends posted writes until the queue pair errs.
