@@ -139,21 +139,20 @@ impl<'a> Rates<'a> {
         // which takes one channel's share of the work (the others' pieces,
         // in step, came a share earlier)
         let slots = (b / self.slot).ceil().max(1.0);
-        let serial = busy.min(self.serial);
         if inter {
             let wire = b * crowd / self.bw;
-            let own = self.work(kind, b) * serial;
+            let own = self.work(kind, b) * busy.min(self.serial);
             let each = own.max(wire);
             let first = each / slots / busy.max(1.0);
-            Stage { latency: m.inter.latency + self.wake, each, first, wake: self.wake }
-        } else if m.streams {
+            return Stage { latency: m.inter.latency + self.wake, each, first, wake: self.wake };
+        }
+        let first = self.work(kind, b) / slots + self.pull(b.min(self.slot));
+        if m.streams {
             // the kernels reduce what the link brings as it comes
             let each = self.work(kind, b).max(self.pull(b) * busy);
-            let first = self.work(kind, b) / slots + self.pull(b.min(self.slot));
             Stage { latency: m.intra.latency, each, first, wake: 0.0 }
         } else {
             let own = (self.work(kind, b) + self.pull(b)) * busy;
-            let first = self.work(kind, b) / slots + self.pull(b.min(self.slot));
             Stage { latency: m.intra.latency + self.wake, each: own, first, wake: self.wake }
         }
     }

@@ -426,18 +426,11 @@ fn run(a: &Args) -> Result<(), String> {
         }
         // the tuner times calls out of place, and keeps its choice for in-place ones
         let chosen = if a.in_place && !a.shared {
-            let out = |al| Call { in_place: false, ..on(al) };
-            let mut t: Vec<_> = algos
-                .iter()
-                .flat_map(|&al| {
-                    if a.closed {
-                        estimated(&out(al), &[al], &hosts, &model)
-                    } else {
-                        simulated(&out(al), &[al], &hosts, &model)
-                    }
-                })
-                .collect();
-            pick_first(&algos, &mut t);
+            let out = |c: &Call| Call { in_place: false, ..*c };
+            let t = match a.closed {
+                true => each(&|c, al| estimated(&out(c), al, &hosts, &model)),
+                false => each(&|c, al| simulated(&out(c), al, &hosts, &model)),
+            };
             t.first().map(|t| t.0)
         } else {
             times.first().map(|t| t.0)
