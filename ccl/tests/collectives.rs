@@ -69,6 +69,12 @@ fn tree() {
 }
 
 #[test]
+fn direct_on_two_channels() {
+    // gather and scatter straight to and from the root (and all-to-all)
+    matrix(Some(Algo::Direct), 2);
+}
+
+#[test]
 fn recursive_doubling() {
     matrix(Some(Algo::RecursiveDoubling), 1);
 }

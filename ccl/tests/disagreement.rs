@@ -104,6 +104,29 @@ fn under_full_checking_every_rank_fails_at_the_call_itself() {
     }
 }
 
+#[test]
+fn gathers_scatters_and_scans_that_disagree_fail_on_every_rank_at_the_call() {
+    let out = LocalJob::new(3).config(config(CheckMode::Full)).run(|g| {
+        let (c, r) = (g.typed::<f32>(), g.rank());
+        // roots that differ: each rank thinks itself the root
+        let mut all = vec![0.0f32; 6];
+        let roots = c.gather(&[1.0f32, 2.0], &mut all, r).expect_err("roots differ");
+        // counts that differ: rank 2 takes 3 elements, the others 2
+        let mine = vec![0.0f32; if r == 2 { 3 } else { 2 }];
+        let send = if r == 0 { vec![1.0f32; 6] } else { vec![] };
+        let counts = c.scatter(&send, &mut mine.clone(), 0).expect_err("counts differ");
+        // operators that differ
+        let mut v = vec![1.0f32; 4];
+        let ops = if r == 1 { c.scan(&mut v, ccl::Max) } else { c.scan(&mut v, Sum) }.expect_err("operators differ");
+        (roots, counts, ops)
+    });
+    for (rank, (roots, counts, ops)) in out.into_iter().enumerate() {
+        names_both(&roots, [&format!("gather(2 × f32 of 4 B, root {rank})"), "gather("]);
+        names_both(&counts, ["scatter(2 × f32", "scatter(3 × f32"]);
+        names_both(&ops, ["scan(4 × f32 of 4 B, sum)", "scan(4 × f32 of 4 B, max)"]);
+    }
+}
+
 /// Two operators of one name, each in a module of its own.
 mod first {
     #[derive(Clone, Copy, Debug, Default)]

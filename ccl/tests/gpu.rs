@@ -88,6 +88,11 @@ fn tree_on_device_buffers() {
 }
 
 #[test]
+fn gather_and_scatter_straight_to_the_root_on_device_buffers() {
+    matrix(Some(Algo::Direct), 2);
+}
+
+#[test]
 fn recursive_doubling_on_device_buffers() {
     matrix(Some(Algo::RecursiveDoubling), 1);
 }

@@ -11,6 +11,8 @@ pub mod hier;
 pub mod lend;
 pub mod part;
 pub mod ring;
+pub mod rooted;
+pub mod scan;
 pub mod schedule;
 pub mod shared;
 pub mod tree;
@@ -44,11 +46,19 @@ pub enum Coll {
     Send,
     /// Point-to-point receive from the peer (`root`).
     Recv,
+    /// The root ends with every rank's input, in rank order.
+    Gather,
+    /// Rank `r` ends with block `r` of the root's input.
+    Scatter,
+    /// Rank `r` ends with the reduction of ranks `0..=r`'s inputs.
+    Scan,
+    /// Rank `r > 0` ends with the reduction of ranks `0..r`'s inputs.
+    Exscan,
 }
 
 impl Coll {
     /// Every kind, in a fixed order.
-    pub const ALL: [Coll; 9] = [
+    pub const ALL: [Coll; 13] = [
         Coll::AllReduce,
         Coll::Reduce,
         Coll::Broadcast,
@@ -58,6 +68,10 @@ impl Coll {
         Coll::Barrier,
         Coll::Send,
         Coll::Recv,
+        Coll::Gather,
+        Coll::Scatter,
+        Coll::Scan,
+        Coll::Exscan,
     ];
 
     /// The name used in messages (`"all_reduce"`).
@@ -72,12 +86,16 @@ impl Coll {
             Coll::Barrier => "barrier",
             Coll::Send => "send",
             Coll::Recv => "recv",
+            Coll::Gather => "gather",
+            Coll::Scatter => "scatter",
+            Coll::Scan => "scan",
+            Coll::Exscan => "exscan",
         }
     }
 
     /// Whether the call reduces (and so takes an operator).
     pub fn reduces(self) -> bool {
-        matches!(self, Coll::AllReduce | Coll::Reduce | Coll::ReduceScatter)
+        matches!(self, Coll::AllReduce | Coll::Reduce | Coll::ReduceScatter | Coll::Scan | Coll::Exscan)
     }
 
     /// Whether the call is point-to-point (send or recv).
@@ -87,7 +105,7 @@ impl Coll {
 
     /// Whether `root` names a rank (root or peer).
     pub fn rooted(self) -> bool {
-        matches!(self, Coll::Reduce | Coll::Broadcast | Coll::Send | Coll::Recv)
+        matches!(self, Coll::Reduce | Coll::Broadcast | Coll::Send | Coll::Recv | Coll::Gather | Coll::Scatter)
     }
 
     /// The algorithms that implement this call, the default first.
@@ -100,6 +118,8 @@ impl Coll {
             Coll::ReduceScatter => &[Ring, HalvingDoubling],
             Coll::AllToAll | Coll::Send | Coll::Recv => &[Direct],
             Coll::Barrier => &[Dissemination],
+            Coll::Gather | Coll::Scatter => &[Direct, Tree],
+            Coll::Scan | Coll::Exscan => &[Ring, RecursiveDoubling],
         }
     }
 
@@ -127,6 +147,15 @@ impl Coll {
             Coll::Barrier => (0, 0, whole(0)),
             Coll::Send => (count, 0, whole(count)),
             Coll::Recv => (0, count, whole(count)),
+            Coll::Gather if rank == root => {
+                (count, n * count, InPlace { len: n * count, input_off: rank * count, output_off: 0 })
+            }
+            Coll::Gather => (count, 0, whole(count)),
+            Coll::Scatter if rank == root => {
+                (n * count, count, InPlace { len: n * count, input_off: 0, output_off: rank * count })
+            }
+            Coll::Scatter => (0, count, whole(count)),
+            Coll::Scan | Coll::Exscan => (count, count, whole(count)),
         };
         let in_place = in_place && !matches!(self, Coll::Send | Coll::Recv | Coll::Barrier);
         Layout { input, output, in_place: in_place.then_some(ip) }
@@ -270,6 +299,12 @@ pub fn generate_keeping_empty(coll: Coll, algo: Algo, p: &Params) -> Result<Sche
         (Coll::Barrier, Dissemination) => direct::barrier(p),
         (Coll::Send, Direct) => direct::send(p),
         (Coll::Recv, Direct) => direct::recv(p),
+        (Coll::Gather, Direct) => rooted::gather_direct(p),
+        (Coll::Gather, Tree) => rooted::gather_tree(p),
+        (Coll::Scatter, Direct) => rooted::scatter_direct(p),
+        (Coll::Scatter, Tree) => rooted::scatter_tree(p),
+        (Coll::Scan | Coll::Exscan, Ring) => scan::chain(coll, p),
+        (Coll::Scan | Coll::Exscan, RecursiveDoubling) => scan::doubling(coll, p),
         _ => return Err(format!("{algo} does not implement {coll}")),
     };
     Ok(s)

@@ -7,6 +7,8 @@ pub(crate) mod exit;
 mod group;
 mod registered;
 mod request;
+mod rooted;
+mod scan;
 mod shared;
 mod split;
 mod typed;

@@ -31,7 +31,7 @@ pub struct Communicator<T> {
 /// A blocking call's buffers: where each is (`None`: absent, or ignored
 /// on this rank; in place, the input is `None` and the output is the
 /// buffer), and every rank's, where all of them are shared.
-struct Bufs<'w> {
+pub(super) struct Bufs<'w> {
     input: Option<Place>,
     output: Option<Place>,
     in_place: bool,
@@ -40,17 +40,17 @@ struct Bufs<'w> {
 
 impl Bufs<'_> {
     /// Buffers of a call that does not run in place (`input` to `output`), as ordinary memory.
-    fn apart(input: Option<Place>, output: Option<Place>) -> Self {
+    pub(super) fn apart(input: Option<Place>, output: Option<Place>) -> Self {
         Bufs { input, output, in_place: false, shared: None }
     }
 }
 
-fn size_err(what: &'static str, expected: usize, got: usize) -> Error {
+pub(super) fn size_err(what: &'static str, expected: usize, got: usize) -> Error {
     Error::new(ErrorKind::BufferSize { what, expected, got })
 }
 
 /// `Ok` when `len` elements split evenly over `ranks`.
-fn divisible(len: usize, ranks: usize) -> Result<()> {
+pub(super) fn divisible(len: usize, ranks: usize) -> Result<()> {
     if len.is_multiple_of(ranks) {
         Ok(())
     } else {
@@ -59,7 +59,7 @@ fn divisible(len: usize, ranks: usize) -> Result<()> {
 }
 
 /// `Ok` when a buffer (`what`) holds exactly `expected` elements.
-fn exact(what: &'static str, expected: usize, got: usize) -> Result<()> {
+pub(super) fn exact(what: &'static str, expected: usize, got: usize) -> Result<()> {
     if got == expected {
         Ok(())
     } else {
@@ -95,7 +95,7 @@ impl<T: Reduce> Communicator<T> {
 
     /// Numbers the call, checks it, runs it on `bufs`; errors carry rank,
     /// call and number.
-    fn blocking<O: ReduceOp<T>>(
+    pub(super) fn blocking<O: ReduceOp<T>>(
         &self,
         coll: Coll,
         check: impl FnOnce() -> Result<()>,
@@ -126,7 +126,7 @@ impl<T: Reduce> Communicator<T> {
 
     /// Starts a non-blocking call on buffers it owns; `keep` holds them and
     /// turns them into the request's result at the end.
-    fn start<O: ReduceOp<T>, R: Send + 'static>(
+    pub(super) fn start<O: ReduceOp<T>, R: Send + 'static>(
         &self,
         coll: Coll,
         check: impl FnOnce() -> Result<()>,
@@ -155,7 +155,7 @@ impl<T: Reduce> Communicator<T> {
         }
     }
 
-    fn call(
+    pub(super) fn call(
         &self,
         coll: Coll,
         count: usize,
@@ -223,14 +223,14 @@ impl<T: Reduce> Communicator<T> {
     }
 
     /// `buf`, worked on in place (and every rank's, where it is shared).
-    fn in_place<'w, B: BufferMut<T> + ?Sized>(&self, buf: &'w mut B) -> Bufs<'w> {
+    pub(super) fn in_place<'w, B: BufferMut<T> + ?Sized>(&self, buf: &'w mut B) -> Bufs<'w> {
         let output = Some(buf.place_mut());
         let shared = buf.window().and_then(|w| w.on(&self.group, None));
         Bufs { input: None, output, in_place: true, shared }
     }
 
     /// From `send` into `recv` (and every rank's, where both are shared).
-    fn between<'w, S, R>(&self, send: &'w S, recv: &'w mut R) -> Bufs<'w>
+    pub(super) fn between<'w, S, R>(&self, send: &'w S, recv: &'w mut R) -> Bufs<'w>
     where
         S: Buffer<T> + ?Sized,
         R: BufferMut<T> + ?Sized,

@@ -211,7 +211,12 @@ impl Planner {
         // where every rank has a core of its own
         let spread = own_cores;
         let base = if call.coll.p2p() { P2P_CHANNEL } else { 0 };
-        let finish_ranks = call.coll.reduces().then_some(on.size);
+        // (a scan's rank r reduced r + 1 inputs, an exscan's r)
+        let finish_ranks = match call.coll {
+            algo::Coll::Scan => Some(on.rank + 1),
+            algo::Coll::Exscan => (on.rank > 0).then_some(on.rank),
+            c => c.reduces().then_some(on.size),
+        };
         let mut fp = call.fingerprint::<O>(seq);
         // a schedule that reaches the peers' buffers: those of one allocation on every rank
         let peers = match &call.shared {

@@ -24,6 +24,7 @@ use crate::topo::Hosts;
 use std::cell::OnceCell;
 
 mod ring;
+mod rooted;
 mod tree;
 use ring::{halving_doubling, rail_crowd, ring_all_reduce, ring_stage};
 use tree::{double_tree, root_copies, rooted_tree, tree_heads};
@@ -402,6 +403,10 @@ fn link_bytes(call: &Call, algo: Algo, r: &Rates) -> f64 {
         }
         (Coll::AllGather | Coll::ReduceScatter, _) => (n - 1.0) * s,
         (Coll::AllToAll, _) => (n - p) * s * p / nics,
+        // the root's link carries every block from beyond its host
+        (Coll::Gather | Coll::Scatter, _) => (n - p) * s,
+        (Coll::Scan | Coll::Exscan, Algo::Ring) => s,
+        (Coll::Scan | Coll::Exscan, _) => s * log2_ceil(r.hosts) * p / nics,
         _ => 0.0,
     }
 }
@@ -555,6 +560,8 @@ fn closed(call: &Call, algo: Algo, r: &Rates) -> f64 {
             let lat = if multi { r.m.inter.latency } else { r.m.intra.latency };
             levels * (lat + r.m.step * r.slow + r.wake)
         }
+        (Coll::Gather | Coll::Scatter, _) => rooted::rooted(call, algo, r, s_ch, c),
+        (Coll::Scan | Coll::Exscan, _) => rooted::scan(call, algo, r, s_ch, c),
         (Coll::Send | Coll::Recv, _) => {
             let inter = multi;
             let st = r.hop(Kind::Copy, s, inter, 1.0, 1.0);

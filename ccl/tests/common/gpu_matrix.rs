@@ -79,7 +79,22 @@ fn reductions<T: Elem, O: ReduceOp<T>>(
     compare(&what("reduce_scatter"), &d.down(&out)?, mine, n)?;
     let mut buf = d.up(&ins[r])?;
     comm.reduce_scatter_in_place(&mut buf, O::default()).map_err(err)?;
-    compare(&what("reduce_scatter_in_place"), &d.down(&buf)?[r * count..(r + 1) * count], mine, n)
+    compare(&what("reduce_scatter_in_place"), &d.down(&buf)?[r * count..(r + 1) * count], mine, n)?;
+
+    // scans: rank r against ranks 0..=r (0..r; rank 0's output untouched)
+    *call += 1;
+    let c = *call;
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, count, small)).collect();
+    let send = d.up(&ins[r])?;
+    let upto = reference::<T, O>(&ins[..=r]);
+    let mut buf = d.up(&ins[r])?;
+    comm.scan(&mut buf, O::default()).map_err(err)?;
+    compare(&what("scan"), &d.down(&buf)?, &upto, r + 1)?;
+    let poisoned = poison::<T>(seed, c, r, count);
+    let mut out = d.up(&poisoned)?;
+    comm.exscan_into(&send, &mut out, O::default()).map_err(err)?;
+    let before = if r == 0 { poisoned } else { reference::<T, O>(&ins[..r]) };
+    compare(&what("exscan_into"), &d.down(&out)?, &before, r.max(1))
 }
 
 fn movements<T: Elem>(g: &Group, d: &Dev, seed: u64, call: &mut u64, count: usize) -> Check {
@@ -109,6 +124,19 @@ fn movements<T: Elem>(g: &Group, d: &Dev, seed: u64, call: &mut u64, count: usiz
     let mut buf = d.up(&host)?;
     comm.all_gather_in_place(&mut buf).map_err(err)?;
     compare(&what("all_gather_in_place"), &d.down(&buf)?, &all, n)?;
+
+    let root = (c as usize + 2) % n;
+    let mut out = d.up(&poison::<T>(seed, c, r, if r == root { n * count } else { 0 }))?;
+    comm.gather(&send, &mut out, root).map_err(err)?;
+    if r == root {
+        compare(&what("gather"), &d.down(&out)?, &all, n)?;
+    }
+    let mine = &all[r * count..(r + 1) * count];
+    let mut host = if r == root { all.clone() } else { poison(seed, c, r, count) };
+    let mut buf = d.up(&host)?;
+    comm.scatter_in_place(&mut buf, root).map_err(err)?;
+    host = d.down(&buf)?;
+    compare(&what("scatter_in_place"), if r == root { &host[r * count..(r + 1) * count] } else { &host }, mine, n)?;
 
     let a2a: Vec<Vec<T>> = (0..n).map(|k| input(seed, c + 1_000_000, k, n * count, false)).collect();
     let want: Vec<T> = (0..n).flat_map(|s| a2a[s][r * count..(r + 1) * count].to_vec()).collect();

@@ -78,10 +78,44 @@ fn reductions<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, cou
     comm.reduce_scatter_in_place(&mut buf, O::default()).map_err(err)?;
     compare(&what("reduce_scatter_in_place"), &buf[r * count..(r + 1) * count], mine, n)?;
     let got = comm.ireduce_scatter(ins[r].clone(), O::default()).wait().map_err(err)?;
-    compare(&what("ireduce_scatter"), &got, mine, n)
+    compare(&what("ireduce_scatter"), &got, mine, n)?;
+    scans::<T, O>(g, seed, next(), count, small)
 }
 
-/// Broadcast, gathers, all-to-all and point-to-point for one type.
+/// Scan and exscan, in place, into another buffer and non-blocking: rank
+/// `r` against the reduction of ranks `0..=r` (`0..r`; rank 0's left as
+/// it was).
+fn scans<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, c: u64, count: usize, small: bool) -> Check {
+    let comm = g.typed::<T>();
+    let (n, r) = (g.size(), g.rank());
+    let what = |s: &str| format!("{s}<{}, {}> count {count}", T::NAME, O::NAME);
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, count, small)).collect();
+    let upto = reference::<T, O>(&ins[..=r]);
+    let mut buf = ins[r].clone();
+    comm.scan(&mut buf, O::default()).map_err(err)?;
+    compare(&what("scan"), &buf, &upto, r + 1)?;
+    let mut out = vec![T::zeroed(); count];
+    comm.scan_into(&ins[r], &mut out, O::default()).map_err(err)?;
+    compare(&what("scan_into"), &out, &upto, r + 1)?;
+    let got = comm.iscan(ins[r].clone(), O::default()).wait().map_err(err)?;
+    compare(&what("iscan"), &got, &upto, r + 1)?;
+    // rank 0 keeps what it had: its input in place, the marker elsewhere
+    let (before, marker) = if r == 0 {
+        (ins[0].clone(), ins[(n > 1) as usize].clone())
+    } else {
+        (reference::<T, O>(&ins[..r]), ins[r].clone())
+    };
+    let mut buf = ins[r].clone();
+    comm.exscan(&mut buf, O::default()).map_err(err)?;
+    compare(&what("exscan"), &buf, &before, r.max(1))?;
+    let mut out = marker.clone();
+    comm.exscan_into(&ins[r], &mut out, O::default()).map_err(err)?;
+    compare(&what("exscan_into"), &out, if r == 0 { &marker } else { &before }, r.max(1))?;
+    let got = comm.iexscan(ins[r].clone(), O::default()).wait().map_err(err)?;
+    compare(&what("iexscan"), &got, &before, r.max(1))
+}
+
+/// Broadcast, gathers, scatter, all-to-all and point-to-point for one type.
 fn movements<T: Elem>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Check {
     let comm = g.typed::<T>();
     let (n, r) = (g.size(), g.rank());
@@ -111,6 +145,30 @@ fn movements<T: Elem>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Che
     compare(&what("all_gather_in_place"), &buf, &all, n)?;
     let got = comm.iall_gather(ins[r].clone()).wait().map_err(err)?;
     compare(&what("iall_gather"), &got, &all, n)?;
+
+    // gather and scatter, to and from another root
+    let root = (c as usize + 2) % n;
+    let mut out = vec![T::zeroed(); if r == root { n * count } else { 0 }];
+    comm.gather(&ins[r], &mut out, root).map_err(err)?;
+    let at_root = |v: &[T]| if r == root { v.to_vec() } else { Vec::new() };
+    compare(&what("gather"), &out, &at_root(&all), n)?;
+    let mut buf = if r == root { vec![T::zeroed(); n * count] } else { ins[r].clone() };
+    if r == root {
+        buf[r * count..(r + 1) * count].copy_from_slice(&ins[r]);
+    }
+    comm.gather_in_place(&mut buf, root).map_err(err)?;
+    compare(&what("gather_in_place"), &buf, if r == root { &all } else { &ins[r] }, n)?;
+    let got = comm.igather(ins[r].clone(), root).wait().map_err(err)?;
+    compare(&what("igather"), &got, &at_root(&all), n)?;
+    let mine = &all[r * count..(r + 1) * count];
+    let mut out = vec![T::zeroed(); count];
+    comm.scatter(&at_root(&all), &mut out, root).map_err(err)?;
+    compare(&what("scatter"), &out, mine, n)?;
+    let mut buf = if r == root { all.clone() } else { vec![T::zeroed(); count] };
+    comm.scatter_in_place(&mut buf, root).map_err(err)?;
+    compare(&what("scatter_in_place"), if r == root { &buf[r * count..(r + 1) * count] } else { &buf }, mine, n)?;
+    let got = comm.iscatter(at_root(&all), vec![T::zeroed(); count], root).wait().map_err(err)?;
+    compare(&what("iscatter"), &got, mine, n)?;
 
     // all-to-all: rank s sends block d of its input to rank d
     let a2a: Vec<Vec<T>> = (0..n).map(|k| input(seed, c + 1_000_000, k, n * count, false)).collect();

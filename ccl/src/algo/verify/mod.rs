@@ -138,7 +138,7 @@ impl Case {
         let bit = 1u64 << r;
         let idx = pos as u32;
         match self.coll {
-            Coll::AllGather => Sym { idx: (r * self.count + pos) as u32, mask: bit },
+            Coll::AllGather | Coll::Gather => Sym { idx: (r * self.count + pos) as u32, mask: bit },
             Coll::Broadcast if r != self.root => UNDEF,
             _ => Sym { idx, mask: bit },
         }
@@ -154,9 +154,22 @@ impl Case {
             Coll::ReduceScatter => Sym { idx: (r * self.count + q) as u32, mask: all },
             Coll::AllToAll => Sym { idx: (r * self.count + q % c) as u32, mask: 1 << (q / c) },
             Coll::Recv | Coll::Send if r == self.root && r != 0 => Sym { idx: q as u32, mask: 1 },
+            Coll::Gather if r == self.root => Sym { idx: q as u32, mask: 1 << (q / c) },
+            Coll::Scatter => Sym { idx: (r * self.count + q) as u32, mask: 1 << self.root },
+            Coll::Scan => Sym { idx: q as u32, mask: below(r + 1) },
+            Coll::Exscan if r > 0 => Sym { idx: q as u32, mask: below(r) },
             _ => return None,
         })
         .filter(|_| n > 0)
+    }
+}
+
+/// The ranks `0..k` as a set.
+fn below(k: usize) -> u64 {
+    if k >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << k) - 1
     }
 }
 

@@ -13,7 +13,9 @@ pub fn value(r: usize, i: usize) -> f32 {
 /// [`value`]s, `count` elements per rank's block, root `root`) that differ
 /// from the exact result.
 pub fn wrong(coll: Coll, (n, r, root): (usize, usize, usize), count: usize, out: &[f32]) -> u64 {
-    let fold = |q: usize| (0..n).map(|s| value(s, q)).sum::<f32>();
+    // the sum over ranks 0..k
+    let sum = |k: usize, q: usize| (0..k).map(|s| value(s, q)).sum::<f32>();
+    let fold = |q: usize| sum(n, q);
     let c = count.max(1);
     let want = |q: usize| -> Option<f32> {
         Some(match coll {
@@ -24,6 +26,12 @@ pub fn wrong(coll: Coll, (n, r, root): (usize, usize, usize), count: usize, out:
             Coll::AllGather => value(q / c, q % c),
             Coll::ReduceScatter => fold(r * count + q),
             Coll::AllToAll => value(q / c, r * count + q % c),
+            Coll::Gather if r == root => value(q / c, q % c),
+            Coll::Gather => return None,
+            Coll::Scatter => value(root, r * count + q),
+            Coll::Scan => sum(r + 1, q),
+            Coll::Exscan if r == 0 => return None,
+            Coll::Exscan => sum(r, q),
         })
     };
     out.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64

@@ -28,7 +28,8 @@ use table::Mode;
 #[derive(Parser, Debug)]
 #[command(name = "ccl-perf", about = "nccl-tests style benchmark of ccl collectives")]
 struct Args {
-    /// Collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all
+    /// Collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, gather,
+    /// scatter, scan, exscan
     #[arg(short = 'C', long = "coll", default_value = "all_reduce")]
     coll: String,
     /// Smallest size in bytes (K, M, G suffixes)
@@ -59,7 +60,7 @@ struct Args {
     /// Type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     dtype: String,
-    /// Root of broadcast and reduce
+    /// Root of broadcast, reduce, gather and scatter
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     root: usize,
     /// Force an algorithm (as CCL_ALGO)
@@ -133,6 +134,10 @@ enum Coll {
     Broadcast,
     Reduce,
     AllToAll,
+    Gather,
+    Scatter,
+    Scan,
+    Exscan,
 }
 
 impl Coll {
@@ -144,20 +149,57 @@ impl Coll {
             "broadcast" | "bcast" => Coll::Broadcast,
             "reduce" => Coll::Reduce,
             "all_to_all" | "alltoall" => Coll::AllToAll,
+            "gather" => Coll::Gather,
+            "scatter" => Coll::Scatter,
+            "scan" => Coll::Scan,
+            "exscan" => Coll::Exscan,
             _ => return None,
         })
     }
     fn name(self) -> &'static str {
-        ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"][self as usize]
+        [
+            "all_reduce",
+            "all_gather",
+            "reduce_scatter",
+            "broadcast",
+            "reduce",
+            "all_to_all",
+            "gather",
+            "scatter",
+            "scan",
+            "exscan",
+        ][self as usize]
     }
     fn busbw_factor(self, n: usize) -> f64 {
         ccl_examples::busbw_factor(self.name(), n)
     }
     fn reduces(self) -> bool {
-        matches!(self, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce)
+        matches!(self, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce | Coll::Scan | Coll::Exscan)
     }
     fn rooted(self) -> bool {
-        matches!(self, Coll::Broadcast | Coll::Reduce)
+        matches!(self, Coll::Broadcast | Coll::Reduce | Coll::Gather | Coll::Scatter)
+    }
+    /// Blocks of `count` elements in a size (nccl-tests' size: the
+    /// largest buffer of the call).
+    fn blocks(self, n: usize) -> usize {
+        match self {
+            Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::Scan | Coll::Exscan => 1,
+            _ => n,
+        }
+    }
+    /// Rank `r`'s input and output lengths out of place, for `count`
+    /// elements per block (a gather's and a scatter's root holds all
+    /// blocks, the other ranks one).
+    fn lens(self, (n, r, root): (usize, usize, usize), count: usize) -> (usize, usize) {
+        let all = if r == root { n * count } else { 0 };
+        match self {
+            Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::Scan | Coll::Exscan => (count, count),
+            Coll::AllGather => (count, n * count),
+            Coll::ReduceScatter => (n * count, count),
+            Coll::AllToAll => (n * count, n * count),
+            Coll::Gather => (count, all),
+            Coll::Scatter => (all, count),
+        }
     }
 }
 
@@ -183,13 +225,7 @@ struct Bench<'a, T: Elem, O: ReduceOp<T>> {
 impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
     /// Input and output lengths for `count` (elements per rank's block).
     fn lens(&self, count: usize) -> (usize, usize) {
-        let n = self.g.size();
-        match self.coll {
-            Coll::AllReduce | Coll::Broadcast | Coll::Reduce => (count, count),
-            Coll::AllGather => (count, n * count),
-            Coll::ReduceScatter => (n * count, count),
-            Coll::AllToAll => (n * count, n * count),
-        }
+        self.coll.lens((self.g.size(), self.g.rank(), self.a.root), count)
     }
 
     fn call<I, Out>(&self, input: &I, output: &mut Out, in_place: bool) -> ccl::Result<()>
@@ -211,6 +247,14 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
             (Coll::Reduce, true) => c.reduce(output, op, root),
             (Coll::AllToAll, false) => c.all_to_all(input, output),
             (Coll::AllToAll, true) => c.all_to_all_in_place(output),
+            (Coll::Gather, false) => c.gather(input, output, root),
+            (Coll::Gather, true) => c.gather_in_place(output, root),
+            (Coll::Scatter, false) => c.scatter(input, output, root),
+            (Coll::Scatter, true) => c.scatter_in_place(output, root),
+            (Coll::Scan, false) => c.scan_into(input, output, op),
+            (Coll::Scan, true) => c.scan(output, op),
+            (Coll::Exscan, false) => c.exscan_into(input, output, op),
+            (Coll::Exscan, true) => c.exscan(output, op),
         }
     }
 
@@ -223,7 +267,8 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         }
         output.iter_mut().for_each(|x| *x = T::zeroed());
         if in_place {
-            let off = if self.coll == Coll::AllGather { r * count } else { 0 };
+            let gathers = self.coll == Coll::AllGather || self.coll == Coll::Gather && r == self.a.root;
+            let off = if gathers { r * count } else { 0 };
             let n = input.len().min(output.len() - off);
             output[off..off + n].copy_from_slice(&input[..n]);
         }
@@ -232,30 +277,39 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
     /// Elements of this rank's result that differ from the prediction.
     fn wrong(&self, count: usize, out: &[T], in_place: bool) -> u64 {
         let (n, r, root, prod) = (self.g.size(), self.g.rank(), self.a.root, O::NAME == "prod");
-        let fold = |i: usize| {
+        // the reduction of ranks 0..k at position i
+        let fold = |k: usize, i: usize| {
             let mut acc = value::<T>(0, i, prod);
-            for s in 1..n {
+            for s in 1..k {
                 acc = O::combine(acc, value(s, i, prod));
             }
             let mut one = [acc];
-            O::finish(&mut one, n);
+            O::finish(&mut one, k);
             one[0]
         };
+        let c = count.max(1);
         let want = |q: usize| -> Option<T> {
             Some(match self.coll {
-                Coll::AllReduce => fold(q),
-                Coll::Reduce if r == root => fold(q),
+                Coll::AllReduce => fold(n, q),
+                Coll::Reduce if r == root => fold(n, q),
                 Coll::Reduce => return None,
                 Coll::Broadcast => value(root, q, prod),
-                Coll::AllGather => value(q / count.max(1), q % count.max(1), prod),
+                Coll::AllGather => value(q / c, q % c, prod),
                 Coll::ReduceScatter if in_place => {
-                    if q / count.max(1) != r {
+                    if q / c != r {
                         return None;
                     }
-                    fold(q)
+                    fold(n, q)
                 }
-                Coll::ReduceScatter => fold(r * count + q),
-                Coll::AllToAll => value(q / count.max(1), r * count + q % count.max(1), prod),
+                Coll::ReduceScatter => fold(n, r * count + q),
+                Coll::AllToAll => value(q / c, r * count + q % c, prod),
+                Coll::Gather if r == root => value(q / c, q % c, prod),
+                Coll::Gather => return None,
+                Coll::Scatter if in_place && r == root => value(root, q, prod),
+                Coll::Scatter => value(root, r * count + q, prod),
+                Coll::Scan => fold(r + 1, q),
+                Coll::Exscan if r == 0 => return None,
+                Coll::Exscan => fold(r, q),
             })
         };
         out.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64
@@ -373,7 +427,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
     fn sweep(&self) -> ccl::Result<table::Table> {
         let n = self.g.size();
         let elem = std::mem::size_of::<T>();
-        let unit = elem * if matches!(self.coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
+        let unit = elem * self.coll.blocks(n);
         let root = if self.coll.rooted() { self.a.root as i64 } else { -1 };
         let redop = if self.coll.reduces() { O::NAME } else { "none" };
         if let Some(bw) = self.copy_ceiling(self.a.max.clamp(unit, 1 << 30))? {

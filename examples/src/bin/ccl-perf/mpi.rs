@@ -38,18 +38,13 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
         );
     }
     let elem = 4;
-    let unit = elem * if matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
+    let unit = elem * coll.blocks(n);
     let mut size = a.min.max(unit);
     let mut table = table::Table::new(me, coll.name(), n, false);
     while size <= a.max.max(unit) {
         let bytes = size / unit * unit;
         let count = bytes / unit;
-        let (li, lo) = match coll {
-            Coll::AllReduce | Coll::Broadcast | Coll::Reduce => (count, count),
-            Coll::AllGather => (count, n * count),
-            Coll::ReduceScatter => (n * count, count),
-            Coll::AllToAll => (n * count, n * count),
-        };
+        let (li, lo) = coll.lens((n, r, root), count);
         let input: Vec<f32> = (0..li).map(|i| value(r, i)).collect();
         let mut output = vec![0f32; lo];
         let call = |input: &[f32], output: &mut [f32]| match coll {
@@ -67,6 +62,12 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
             Coll::AllGather => world.all_gather_into(input, output),
             Coll::ReduceScatter => world.reduce_scatter_block_into(input, output, SystemOperation::sum()),
             Coll::AllToAll => world.all_to_all_into(input, output),
+            Coll::Gather if r == root => world.process_at_rank(root as i32).gather_into_root(input, output),
+            Coll::Gather => world.process_at_rank(root as i32).gather_into(input),
+            Coll::Scatter if r == root => world.process_at_rank(root as i32).scatter_into_root(input, output),
+            Coll::Scatter => world.process_at_rank(root as i32).scatter_into(output),
+            Coll::Scan => world.scan_into(input, output, SystemOperation::sum()),
+            Coll::Exscan => world.exclusive_scan_into(input, output, SystemOperation::sum()),
         };
         let mut modes = Vec::new();
         for _ in 0..2 {
@@ -94,8 +95,8 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
                 host_us: None,
             });
         }
-        let rooted = if matches!(coll, Coll::Broadcast | Coll::Reduce) { root as i64 } else { -1 };
-        let redop = if matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) { "sum" } else { "none" };
+        let rooted = if coll.rooted() { root as i64 } else { -1 };
+        let redop = if coll.reduces() { "sum" } else { "none" };
         table.row(bytes, bytes / elem, "float", redop, rooted, &modes[0], &modes[1]);
         if a.factor < 2 {
             break;

@@ -32,8 +32,9 @@ fn nccl_present() -> bool {
 
 /// Runs the sweep on `g`'s ranks; the process exit code.
 pub fn run(g: &Group, a: &Args, coll: Coll) -> i32 {
-    if a.dtype != "float" || a.op != "sum" || coll == Coll::AllToAll {
-        eprintln!("ccl-perf: --backend nccl measures float sum, and no all_to_all");
+    let missing = [Coll::AllToAll, Coll::Gather, Coll::Scatter, Coll::Scan, Coll::Exscan];
+    if a.dtype != "float" || a.op != "sum" || missing.contains(&coll) {
+        eprintln!("ccl-perf: --backend nccl measures float sum, and no all_to_all, gather, scatter or scans");
         return 2;
     }
     if !nccl_present() {
@@ -80,7 +81,7 @@ fn sweep(g: &Group, a: &Args, coll: Coll) -> R<u64> {
             a.warmup
         );
     }
-    let unit = 4 * if matches!(coll, Coll::AllReduce | Coll::Broadcast | Coll::Reduce) { 1 } else { n };
+    let unit = 4 * coll.blocks(n);
     let mut table = table::Table::new(r == 0, coll.name(), n, true);
     let mut size = a.min.max(unit);
     while size <= a.max.max(unit) {
@@ -101,7 +102,7 @@ fn sweep(g: &Group, a: &Args, coll: Coll) -> R<u64> {
                 Coll::Reduce => comm.reduce(input, Some(output), &ReduceOp::Sum, root as i32),
                 Coll::AllGather => comm.all_gather(input, output),
                 Coll::ReduceScatter => comm.reduce_scatter(input, output, &ReduceOp::Sum),
-                Coll::AllToAll => return Err("no all_to_all".into()),
+                _ => return Err(format!("no {}", coll.name())),
             };
             r.map(|_| ()).map_err(|e| format!("{}: {e:?}", coll.name()))
         };
@@ -111,8 +112,8 @@ fn sweep(g: &Group, a: &Args, coll: Coll) -> R<u64> {
         let got = stream.clone_dtoh(&output).map_err(|e| format!("download: {e:?}"))?;
         let wrong = exact::wrong(coll, (n, r, root), count, &got);
         let m = timed(g, a, &stream, bytes, coll, wrong, || call(&input, &mut output))?;
-        let rooted = if matches!(coll, Coll::Broadcast | Coll::Reduce) { root as i64 } else { -1 };
-        let redop = if matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) { "sum" } else { "none" };
+        let rooted = if coll.rooted() { root as i64 } else { -1 };
+        let redop = if coll.reduces() { "sum" } else { "none" };
         table.row(bytes, bytes / 4, "float", redop, rooted, &m, &m);
         if a.factor < 2 {
             break;
