@@ -65,11 +65,17 @@ pub fn chain(coll: Coll, p: &Params) -> Schedule {
 /// Recursive doubling: at level `m` (1, 2, 4, …) rank `r` swaps with
 /// `r ^ m` the reduction of its block of `m` ranks; what comes from below
 /// joins its prefix, and all of it its block's total for the next level.
-/// Ranks past `n` are skipped, so any `n` works.
+/// Ranks past `n` are skipped, so any `n` works; a rank takes nothing it
+/// will not use (from above at its last level), and its peer sends it
+/// nothing then.
 pub fn doubling(coll: Coll, p: &Params) -> Schedule {
     let (n, r, count) = (p.nranks, p.rank, p.count);
     let ex = coll == Coll::Exscan;
     let levels: Vec<usize> = (0..usize::BITS).map(|b| 1usize << b).take_while(|&m| m < n).collect();
+    // whether rank `x` has a peer at any level after the `i`-th
+    let more = |x: usize, i: usize| levels[i + 1..].iter().any(|&m| x ^ m < n);
+    // whether rank `x` uses what its peer at level `i` sends
+    let takes = |x: usize, i: usize| x ^ levels[i] < x || more(x, i);
     let channels = split(0..count, p.channels)
         .iter()
         .map(|sub| {
@@ -77,25 +83,37 @@ pub fn doubling(coll: Coll, p: &Params) -> Schedule {
             let at = |buf: Buf, base: usize| Region::new(buf, base + sub.start, sub.len());
             let (input, output) = (at(Buf::Input, 0), at(Buf::Output, 0));
             let (total, came) = (at(Buf::Scratch, 0), at(Buf::Scratch, count));
-            ch.push(Step::Copy { src: input, dst: total });
             if !ex {
                 ch.push(Step::Copy { src: input, dst: output });
             }
+            // where this rank's block total lies: its input until it takes more
+            let mut sum = input;
             let mut have = !ex;
             for (i, &m) in levels.iter().enumerate() {
                 let peer = r ^ m;
                 if peer >= n {
                     continue;
                 }
-                let last = levels[i + 1..].iter().all(|&m2| r ^ m2 >= n);
-                exchange(&mut ch, peer, &[total], &[came], p.chunk, Into::Copy);
-                if peer < r {
-                    ch.push(if have { Step::Reduce { src: came, dst: output } } else { Step::Copy { src: came, dst: output } });
-                    have = true;
+                let (send, take, last) = (takes(peer, i), takes(r, i), !more(r, i));
+                // an exscan's only prefix may land in place, where nothing else reads it
+                let into = if peer < r && !have && last && !p.in_place { output } else { came };
+                let (send, take) = (if send { vec![sum] } else { vec![] }, if take { vec![into] } else { vec![] });
+                exchange(&mut ch, peer, &send, &take, p.chunk, Into::Copy);
+                if take.is_empty() {
+                    continue;
                 }
+                // the total first: in place, the input is the output
                 if !last {
+                    if sum == input {
+                        ch.push(Step::Copy { src: input, dst: total });
+                        sum = total;
+                    }
                     ch.push(Step::Reduce { src: came, dst: total });
                 }
+                if peer < r && into == came {
+                    ch.push(if have { Step::Reduce { src: came, dst: output } } else { Step::Copy { src: came, dst: output } });
+                }
+                have |= peer < r;
             }
             ch
         })
