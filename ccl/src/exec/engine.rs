@@ -523,6 +523,17 @@ impl Engine {
         self.take(id)
     }
 
+    /// Takes calls `ids` out of the queue, unfinished, as their buffers
+    /// go (a caller unwinding while it waits for them): what they left
+    /// half done breaks the communicator, as an abandoned blocking call does.
+    pub fn abandon(&mut self, ids: &[u64]) {
+        if self.queue.iter().any(|e| ids.contains(&e.id)) {
+            self.queue.retain(|e| !ids.contains(&e.id));
+            self.conns.forget_call_memory();
+            self.broken.get_or_insert_with(|| "calls were abandoned in flight (a panic)".into());
+        }
+    }
+
     /// The caller no longer wants the result of `id` (it still completes).
     pub fn detach(&mut self, id: u64) {
         if self.take(id).is_none() {

@@ -160,6 +160,12 @@ fn movements<T: Elem>(g: &Group, d: &Dev, seed: u64, call: &mut u64, count: usiz
             comm.send(&send, right).map_err(err)?;
         }
         compare(&what("send/recv"), &d.down(&got)?, &ins[left], n)?;
+        // a group of device sends and receives is refused before anything moves
+        let mut got = d.up(&poison::<T>(seed, c + 2, r, count))?;
+        match comm.sendrecv(&send, right, &mut got, left) {
+            Err(e) if matches!(e.kind(), ccl::ErrorKind::InvalidArgument(_)) => {}
+            other => return Err(what(&format!("sendrecv: {other:?}, not refused"))),
+        }
     }
     Ok(())
 }

@@ -199,6 +199,30 @@ fn movements<T: Elem>(g: &Group, seed: u64, call: &mut u64, count: usize) -> Che
             comm.send(&ins[r], right).map_err(err)?;
             compare(&what("isend/irecv"), &got, &ins[left], n)?;
         }
+        let mut got = vec![T::zeroed(); count];
+        comm.sendrecv(&ins[r], right, &mut got, left).map_err(err)?;
+        compare(&what("sendrecv"), &got, &ins[left], n)?;
+        // both ways round the ring in one group, odd ranks posting the other way round
+        let (mut from_left, mut from_right) = (vec![T::zeroed(); count], vec![T::zeroed(); count]);
+        let (fl, fr) = (&mut from_left, &mut from_right);
+        comm.grouped(|grp| {
+            if r % 2 == 1 {
+                grp.recv(fr, right)?;
+                grp.send(&ins[r], left)?;
+                grp.send(&ins[r], right)?;
+                grp.recv(fl, left)
+            } else {
+                grp.send(&ins[r], right)?;
+                grp.recv(fl, left)?;
+                grp.send(&ins[r], left)?;
+                grp.recv(fr, right)
+            }
+        })
+        .map_err(err)?;
+        if n > 2 {
+            compare(&what("grouped from the left"), &from_left, &ins[left], n)?;
+            compare(&what("grouped from the right"), &from_right, &ins[right], n)?;
+        }
     }
     g.barrier().map_err(err)?;
     g.ibarrier().wait().map_err(err)
