@@ -20,6 +20,8 @@ fn examples_at_2_to_4_ranks() {
     for np in 2..=4 {
         assert_eq!(run(np, "hello", &[]).matches(&format!("of {np} on")).count(), np);
         assert_eq!(run(np, "custom_op", &[]).lines().count(), np);
+        let a = run(np, "async_overlap", &[]);
+        assert_eq!(a.matches("sums right: true").count(), np, "{a}");
         let t = run(np, "train_step", &[]);
         assert_eq!(t.matches(&format!("identical on all {np} ranks: true")).count(), np, "{t}");
     }

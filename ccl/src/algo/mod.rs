@@ -171,9 +171,10 @@ impl fmt::Display for Coll {
 /// An algorithm. `CCL_ALGO` names one; calls it does not fit use their default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algo {
-    /// Ring (pipelined chain for broadcast and reduce).
+    /// Ring (pipelined chain for broadcast, reduce and the scans).
     Ring,
-    /// Binary tree (double binary tree for all-reduce).
+    /// Binary tree (double binary tree for all-reduce; binomial for
+    /// gather and scatter).
     Tree,
     /// Recursive doubling.
     RecursiveDoubling,
@@ -183,8 +184,9 @@ pub enum Algo {
     RingRing,
     /// Tree inside hosts, ring across hosts.
     TreeRing,
-    /// Direct exchange with each peer (all-to-all, send/recv), or reading
-    /// and writing the peers' buffers where they are shared ([`shared`]).
+    /// Direct exchange with each peer (all-to-all, send/recv, gather and
+    /// scatter at the root), or reading and writing the peers' buffers
+    /// where they are shared ([`shared`]).
     Direct,
     /// Dissemination (barrier).
     Dissemination,

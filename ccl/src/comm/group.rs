@@ -45,8 +45,11 @@ pub(crate) struct Inner {
     /// each with the group, which lives until the call is done.
     proxy: Mutex<Option<std::sync::mpsc::Sender<(u64, Stream, Group)>>>,
     /// Threads waiting for the state's lock to make a call: the proxy
-    /// lets them in.
+    /// and the driver of awaited requests let them in.
     callers: AtomicUsize,
+    /// Whether a thread drives the calls awaited as futures
+    /// ([`Group::drive_awaited`]).
+    driving: AtomicBool,
     /// The calls in flight and the schedules made so far (by what
     /// determines them: a repeated call reuses its schedule instead of
     /// generating it again), under one lock that a call takes once.
@@ -114,6 +117,7 @@ impl Group {
             finalized: AtomicBool::new(false),
             proxy: Mutex::new(None),
             callers: AtomicUsize::new(0),
+            driving: AtomicBool::new(false),
             state: Mutex::new(State { engine, plans, kept: None }),
         };
         if let Some(r) = rules {
@@ -283,6 +287,42 @@ impl Group {
         tx.as_ref()
             .and_then(|t| t.send((id, stream, self.clone())).ok())
             .ok_or_else(|| Error::internal("the proxy thread is gone"))
+    }
+
+    /// Makes sure a thread drives this group's queue while any request is
+    /// awaited as a future: it sleeps on the doorbell as a waiting call
+    /// does, wakes each request's waker as its call finishes, lets a
+    /// thread that makes a call in between slices, and ends once nothing
+    /// is awaited.
+    pub(super) fn drive_awaited(&self) -> Result<()> {
+        if self.inner.driving.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let group = self.clone();
+        let spawned = std::thread::Builder::new().name(format!("ccl-await-{}", self.inner.rank)).spawn(move || loop {
+            let awaited = match group.inner.state.lock() {
+                Ok(mut s) => {
+                    s.engine.drive_until(std::time::Instant::now() + PROXY_SLICE);
+                    s.engine.awaited()
+                }
+                Err(_) => false,
+            };
+            if !awaited {
+                group.inner.driving.store(false, Ordering::SeqCst);
+                // a request may have come to be awaited since: drive it, unless another thread does
+                let again = group.with_engine(|e| Ok(e.awaited())).unwrap_or(false);
+                if !again || group.inner.driving.swap(true, Ordering::SeqCst) {
+                    return;
+                }
+            }
+            while group.inner.callers.load(Ordering::SeqCst) > 0 {
+                std::thread::yield_now();
+            }
+        });
+        spawned.map(|_| ()).map_err(|e| {
+            self.inner.driving.store(false, Ordering::SeqCst);
+            Error::internal(format!("starting the thread that drives awaited calls: {e}"))
+        })
     }
 
     /// Drives the queue until call `id` is done (on the proxy thread).

@@ -45,7 +45,7 @@ impl Bufs<'_> {
     }
 }
 
-pub(super) fn size_err(what: &'static str, expected: usize, got: usize) -> Error {
+fn size_err(what: &'static str, expected: usize, got: usize) -> Error {
     Error::new(ErrorKind::BufferSize { what, expected, got })
 }
 

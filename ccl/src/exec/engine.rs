@@ -18,6 +18,7 @@ use rustc_hash::FxHashSet as HashSet;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 /// How often a waiting rank asks whether the peers it waits on are alive.
@@ -191,6 +192,10 @@ pub(crate) struct Engine {
     chatty: bool,
     /// When a stuck call next compares calls with its peers.
     next_compare: std::cell::Cell<Instant>,
+    /// The wakers of calls awaited as futures, by id (few: a list does).
+    wakers: Vec<(u64, Waker)>,
+    /// Whether a waker has been woken since [`drive_until`](Self::drive_until) last returned.
+    woke: bool,
 }
 
 impl Drop for Engine {
@@ -219,6 +224,8 @@ impl Engine {
             dumps_seen: DUMP_REQUESTS.load(Ordering::Relaxed),
             chatty,
             next_compare: std::cell::Cell::new(Instant::now() + CALLS_CHECK),
+            wakers: Vec::new(),
+            woke: false,
         }
     }
 
@@ -317,6 +324,31 @@ impl Engine {
         if self.detached.is_empty() || !self.detached.remove(&id) {
             self.results.push((id, r));
         }
+        if let Some(i) = self.wakers.iter().position(|(k, _)| *k == id) {
+            self.wakers.swap_remove(i).1.wake();
+            self.woke = true;
+        }
+    }
+
+    /// Wakes `waker` when call `id` finishes (a request awaited as a
+    /// future), instead of any waker it had.
+    pub fn set_waker(&mut self, id: u64, waker: &Waker) {
+        match self.wakers.iter_mut().find(|(k, _)| *k == id) {
+            Some((_, w)) => w.clone_from(waker),
+            None => self.wakers.push((id, waker.clone())),
+        }
+    }
+
+    /// Whether any call is awaited as a future.
+    pub fn awaited(&self) -> bool {
+        !self.wakers.is_empty()
+    }
+
+    /// Drives the queue until a call awaited as a future finishes (its
+    /// waker woken), nothing is queued, or `until`.
+    pub fn drive_until(&mut self, until: Instant) {
+        self.woke = false;
+        let _ = self.wait_for(None, Some(until));
     }
 
     /// Fails the call at `i` with `err`, and every other queued call with
@@ -401,6 +433,13 @@ impl Engine {
     /// [`wait`](Self::wait), but returns `None` at `until` if call `id`
     /// has not finished by then (a proxy that lets other threads in).
     pub fn wait_until(&mut self, id: u64, until: Option<Instant>) -> Option<Result<()>> {
+        self.wait_for(Some(id), until)
+    }
+
+    /// Drives the queue until call `id` has finished (its result), or
+    /// with no `id` until a waker is woken or the queue is empty; `None`
+    /// at `until`.
+    fn wait_for(&mut self, id: Option<u64>, until: Option<Instant>) -> Option<Result<()>> {
         let mut backoff = Backoff::new(self.own_core, self.conns.any_pollable());
         // The clock is read only once the call has been idle a while (every
         // CLOCK_EVERY spins, and before every yield or sleep): a call that
@@ -408,8 +447,14 @@ impl Engine {
         let mut timers: Option<(Instant, Instant)> = None; // next "still waiting" note, next peer check
         let mut idle: u32 = 0;
         loop {
-            if let Some(r) = self.take(id) {
-                return Some(r);
+            match id {
+                Some(id) => {
+                    if let Some(r) = self.take(id) {
+                        return Some(r);
+                    }
+                }
+                None if self.woke || self.queue.is_empty() => return Some(Ok(())),
+                None => {}
             }
             if until.is_some_and(|u| Instant::now() >= u) {
                 return None;
@@ -465,8 +510,13 @@ impl Engine {
                     }
                 }
             }
-            let Some(i) = self.queue.iter().position(|e| e.id == id) else {
-                return Some(Err(Error::internal(format!("no call {id} in flight"))));
+            let i = match id {
+                Some(id) => match self.queue.iter().position(|e| e.id == id) {
+                    Some(i) => i,
+                    None => return Some(Err(Error::internal(format!("no call {id} in flight")))),
+                },
+                // (woken, or nothing left: both seen at the top)
+                None => 0,
             };
             // every call was stamped when the clock was last read, which it
             // is before any sleep
@@ -536,6 +586,7 @@ impl Engine {
 
     /// The caller no longer wants the result of `id` (it still completes).
     pub fn detach(&mut self, id: u64) {
+        self.wakers.retain(|(k, _)| *k != id);
         if self.take(id).is_none() {
             self.detached.insert(id);
         }

@@ -32,6 +32,8 @@ pub fn wrong(coll: Coll, (n, r, root): (usize, usize, usize), count: usize, out:
             Coll::Scan => sum(r + 1, q),
             Coll::Exscan if r == 0 => return None,
             Coll::Exscan => sum(r, q),
+            Coll::SendRecv => value(super::neighbour(r, -1, n), q),
+            Coll::Halo => value(super::neighbour(r, -super::halo_dirs(n)[q / c], n), q),
         })
     };
     out.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64

@@ -29,7 +29,8 @@ use table::Mode;
 #[command(name = "ccl-perf", about = "nccl-tests style benchmark of ccl collectives")]
 struct Args {
     /// Collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, gather,
-    /// scatter, scan, exscan
+    /// scatter, scan, exscan; sendrecv (to rank + 1, from rank - 1) and halo (to and from the
+    /// ranks 1 and 2 on either side, one group)
     #[arg(short = 'C', long = "coll", default_value = "all_reduce")]
     coll: String,
     /// Smallest size in bytes (K, M, G suffixes)
@@ -138,6 +139,20 @@ enum Coll {
     Scatter,
     Scan,
     Exscan,
+    SendRecv,
+    Halo,
+}
+
+/// The halo's directions: each rank sends block k to rank `r + d_k` and
+/// receives block k from `r - d_k` (mod n), leaving out those that come
+/// back to itself: 4 neighbours from 5 ranks on, 2 on 2.
+fn halo_dirs(n: usize) -> Vec<isize> {
+    [1, -1, 2, -2].into_iter().filter(|d: &isize| d.rem_euclid(n.max(1) as isize) != 0).collect()
+}
+
+/// Rank `r`'s neighbour `d` ranks on (mod n).
+fn neighbour(r: usize, d: isize, n: usize) -> usize {
+    (r as isize + d).rem_euclid(n.max(1) as isize) as usize
 }
 
 impl Coll {
@@ -153,22 +168,26 @@ impl Coll {
             "scatter" => Coll::Scatter,
             "scan" => Coll::Scan,
             "exscan" => Coll::Exscan,
+            "sendrecv" => Coll::SendRecv,
+            "halo" => Coll::Halo,
             _ => return None,
         })
     }
     fn name(self) -> &'static str {
-        [
-            "all_reduce",
-            "all_gather",
-            "reduce_scatter",
-            "broadcast",
-            "reduce",
-            "all_to_all",
-            "gather",
-            "scatter",
-            "scan",
-            "exscan",
-        ][self as usize]
+        match self {
+            Coll::AllReduce => "all_reduce",
+            Coll::AllGather => "all_gather",
+            Coll::ReduceScatter => "reduce_scatter",
+            Coll::Broadcast => "broadcast",
+            Coll::Reduce => "reduce",
+            Coll::AllToAll => "all_to_all",
+            Coll::Gather => "gather",
+            Coll::Scatter => "scatter",
+            Coll::Scan => "scan",
+            Coll::Exscan => "exscan",
+            Coll::SendRecv => "sendrecv",
+            Coll::Halo => "halo",
+        }
     }
     fn busbw_factor(self, n: usize) -> f64 {
         ccl_examples::busbw_factor(self.name(), n)
@@ -183,7 +202,8 @@ impl Coll {
     /// largest buffer of the call).
     fn blocks(self, n: usize) -> usize {
         match self {
-            Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::Scan | Coll::Exscan => 1,
+            Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::Scan | Coll::Exscan | Coll::SendRecv => 1,
+            Coll::Halo => halo_dirs(n).len().max(1),
             _ => n,
         }
     }
@@ -193,7 +213,10 @@ impl Coll {
     fn lens(self, (n, r, root): (usize, usize, usize), count: usize) -> (usize, usize) {
         let all = if r == root { n * count } else { 0 };
         match self {
-            Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::Scan | Coll::Exscan => (count, count),
+            Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::Scan | Coll::Exscan | Coll::SendRecv => {
+                (count, count)
+            }
+            Coll::Halo => (halo_dirs(n).len() * count, halo_dirs(n).len() * count),
             Coll::AllGather => (count, n * count),
             Coll::ReduceScatter => (n * count, count),
             Coll::AllToAll => (n * count, n * count),
@@ -255,7 +278,28 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
             (Coll::Scan, true) => c.scan(output, op),
             (Coll::Exscan, false) => c.exscan_into(input, output, op),
             (Coll::Exscan, true) => c.exscan(output, op),
+            // (no in-place form: both columns time the call out of place)
+            (Coll::SendRecv, _) => {
+                let (r, n) = (self.g.rank(), self.g.size());
+                c.sendrecv(input, neighbour(r, 1, n), output, neighbour(r, -1, n))
+            }
+            (Coll::Halo, _) => Err(ccl::Error::new(ccl::ErrorKind::InvalidArgument("halo: host buffers only".into()))),
         }
+    }
+
+    /// Block k of `input` to the k-th direction's neighbour, block k of
+    /// `output` from the opposite one, all in one group.
+    fn halo(&self, input: &[T], output: &mut [T]) -> ccl::Result<()> {
+        let (r, n) = (self.g.rank(), self.g.size());
+        let dirs = halo_dirs(n);
+        let count = input.len() / dirs.len().max(1);
+        self.comm.grouped(|g| {
+            for ((k, &d), out) in dirs.iter().enumerate().zip(output.chunks_mut(count.max(1))) {
+                g.send(&input[k * count..(k + 1) * count], neighbour(r, d, n))?;
+                g.recv(out, neighbour(r, -d, n))?;
+            }
+            Ok(())
+        })
     }
 
     /// Fills the buffers for a checked call; the in-place buffer is laid out
@@ -310,6 +354,11 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
                 Coll::Scan => fold(r + 1, q),
                 Coll::Exscan if r == 0 => return None,
                 Coll::Exscan => fold(r, q),
+                Coll::SendRecv => value(neighbour(r, -1, n), q, prod),
+                Coll::Halo => {
+                    let k = q / c;
+                    value(neighbour(r, -halo_dirs(n)[k], n), q, prod)
+                }
             })
         };
         out.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64
@@ -352,12 +401,16 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         B: BufferMut<T> + std::ops::DerefMut<Target = [T]>,
     {
         let check = self.a.check != 0;
+        let call = |input: &B, output: &mut B| match self.coll {
+            Coll::Halo => self.halo(input, output),
+            _ => self.call(input, output, in_place),
+        };
         if check {
             self.fill(count, &mut input, &mut output, in_place);
-            self.call(&input, &mut output, in_place)?;
+            call(&input, &mut output)?;
         }
         let wrong = if check { self.wrong(count, &output, in_place) } else { 0 };
-        self.timed(bytes, wrong, None, || self.call(&input, &mut output, in_place))
+        self.timed(bytes, wrong, None, || call(&input, &mut output))
     }
 
     /// Times `call` (warm-up first); the slowest rank's time and the wrong

@@ -5,7 +5,7 @@
 
 use super::exact::{self, value};
 use super::table::{self, Mode};
-use super::{Args, Coll};
+use super::{halo_dirs, neighbour, Args, Coll};
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use std::time::Instant;
@@ -68,6 +68,12 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
             Coll::Scatter => world.process_at_rank(root as i32).scatter_into(output),
             Coll::Scan => world.scan_into(input, output, SystemOperation::sum()),
             Coll::Exscan => world.exclusive_scan_into(input, output, SystemOperation::sum()),
+            Coll::SendRecv => {
+                let (to, from) = (neighbour(r, 1, n), neighbour(r, -1, n));
+                let (to, from) = (world.process_at_rank(to as i32), world.process_at_rank(from as i32));
+                mpi::point_to_point::send_receive_into(input, &to, output, &from);
+            }
+            Coll::Halo => halo(&world, input, output),
         };
         let mut modes = Vec::new();
         for _ in 0..2 {
@@ -109,4 +115,25 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
         return code;
     }
     i32::from(table.wrong() > 0)
+}
+
+/// The halo as MPI programs post it: every receive and send at once
+/// (MPI_Irecv, MPI_Isend, tagged by direction), then MPI_Waitall.
+fn halo<C: Communicator>(world: &C, input: &[f32], output: &mut [f32]) {
+    let (n, r) = (world.size() as usize, world.rank() as usize);
+    let dirs = halo_dirs(n);
+    let count = input.len() / dirs.len().max(1);
+    mpi::request::scope(|scope| {
+        let mut pending = Vec::with_capacity(2 * dirs.len());
+        for ((k, &d), out) in dirs.iter().enumerate().zip(output.chunks_mut(count.max(1))) {
+            let (to, from) = (neighbour(r, d, n) as i32, neighbour(r, -d, n) as i32);
+            let tag = k as i32;
+            pending.push(world.process_at_rank(from).immediate_receive_into_with_tag(scope, out, tag));
+            let block = &input[k * count..(k + 1) * count];
+            pending.push(world.process_at_rank(to).immediate_send_with_tag(scope, block, tag));
+        }
+        for p in pending {
+            p.wait();
+        }
+    });
 }

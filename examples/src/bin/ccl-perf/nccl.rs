@@ -32,9 +32,11 @@ fn nccl_present() -> bool {
 
 /// Runs the sweep on `g`'s ranks; the process exit code.
 pub fn run(g: &Group, a: &Args, coll: Coll) -> i32 {
-    let missing = [Coll::AllToAll, Coll::Gather, Coll::Scatter, Coll::Scan, Coll::Exscan];
+    let missing = [Coll::AllToAll, Coll::Gather, Coll::Scatter, Coll::Scan, Coll::Exscan, Coll::SendRecv, Coll::Halo];
     if a.dtype != "float" || a.op != "sum" || missing.contains(&coll) {
-        eprintln!("ccl-perf: --backend nccl measures float sum, and no all_to_all, gather, scatter or scans");
+        eprintln!(
+            "ccl-perf: --backend nccl measures float sum, and no all_to_all, gather, scatter, scans, sendrecv or halo"
+        );
         return 2;
     }
     if !nccl_present() {
