@@ -78,12 +78,12 @@ impl<R> Future for Request<R> {
     ///     let comm = world.typed::<f32>();
     ///     let (a, b) = (comm.iall_reduce(vec![1.0; 8], Sum), comm.iall_reduce(vec![2.0; 8], Sum));
     ///     // any executor: here the simplest, a thread parked until woken
-    ///     let (a, b) = futures_lite_block_on(async { (a.await, b.await) });
+    ///     let (a, b) = block_on(async { (a.await, b.await) });
     ///     assert_eq!((a?, b?), (vec![2.0; 8], vec![4.0; 8]));
     ///     Ok(())
     /// });
     /// assert!(done.iter().all(Result::is_ok));
-    /// # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
     /// #     struct Unpark(std::thread::Thread);
     /// #     impl std::task::Wake for Unpark {
     /// #         fn wake(self: std::sync::Arc<Self>) { self.0.unpark() }
