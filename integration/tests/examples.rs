@@ -30,7 +30,9 @@ fn examples_at_2_to_4_ranks() {
 #[test]
 fn ccl_perf_prints_the_nccl_tests_table_with_real_checks() {
     let json = std::env::temp_dir().join(format!("ccl-perf-{}.json", std::process::id()));
-    for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"] {
+    let colls = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"];
+    let more = ["gather", "scatter", "scan", "exscan", "sendrecv", "halo"];
+    for coll in colls.into_iter().chain(more) {
         let out = run(
             3,
             "ccl-perf",
