@@ -16,8 +16,8 @@ use crate::{tune, BitOr, Reduce};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// How long the proxy thread drives the queue before it lets a thread
-/// that makes a call in.
+/// How long the proxy thread, or the thread driving awaited requests,
+/// drives the queue before it lets a thread that makes a call in.
 const PROXY_SLICE: std::time::Duration = std::time::Duration::from_micros(500);
 
 pub(crate) struct Inner {

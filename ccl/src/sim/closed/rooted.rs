@@ -87,21 +87,25 @@ pub(super) fn scan(call: &Call, algo: Algo, r: &Rates, s_ch: f64, c: f64) -> f64
         let path = placed + r.send_first(b) + hops * (inside.latency + first) + crossing * across.hop() - first;
         return pipeline(path, each, q, each);
     }
-    // doubling: every level swaps the whole vector, a piece at a time, and
-    // reduces what came into the prefix and the total; the levels from
+    // doubling: every level swaps the whole vector, a piece at a time;
+    // the last rank reduces what comes into its prefix at every level, and
+    // into its block's total at every level but the last (the first such
+    // reduction in one pass with the copy of its input); the levels from
     // the host's size on cross hosts
     let p = r.per_host;
     let levels = log2_ceil(n) as u32;
+    let reduce = r.work(Kind::ReduceSend, b) * r.serial;
     let exchanges: f64 = (0..levels)
         .map(|k| {
             let inter = (1usize << k) >= p && h > 1;
             let crowd = if inter { c * (p as f64 / r.m.nics.max(1) as f64).max(1.0) } else { 1.0 };
-            q * (r.exchange(Kind::Exchange, b, inter, crowd, c) + r.work(Kind::ReduceSend, b) * r.serial)
+            let reductions = if k + 1 < levels { 2.0 } else { 1.0 };
+            q * (r.exchange(Kind::Exchange, b, inter, crowd, c) + (reductions - 1.0) * reduce)
         })
         .sum();
-    // the input copied into the running total (and into the output)
-    let copies = if call.coll == Coll::Scan && !call.in_place { 2.0 } else { 1.0 };
-    copies * r.work(Kind::Copy, s_ch) * r.serial + exchanges
+    // a scan's input copied into its output first
+    let copy = if call.coll == Coll::Scan && !call.in_place { r.work(Kind::Copy, s_ch) * r.serial } else { 0.0 };
+    copy + exchanges
 }
 
 #[cfg(test)]
