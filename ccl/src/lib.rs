@@ -65,7 +65,7 @@ mod units;
 
 pub use bootstrap::init;
 pub use ccl_macros::Reduce;
-pub use comm::{Buffer, BufferMut, Communicator, Group, P2pGroup, RegisteredBuffer, Request};
+pub use comm::{Buffer, BufferMut, Communicator, Counts, Group, P2pGroup, RegisteredBuffer, Request};
 pub use config::Config;
 pub use error::{Context, Error, ErrorKind, Result};
 pub use op::{Avg, BitAnd, BitOr, BitXor, Max, Min, Op, Prod, ReduceOp, Sum};

@@ -178,3 +178,48 @@ fn operators_of_one_name_but_two_types_are_two_calls() {
     });
     assert!(out.into_iter().all(|r| r.expect("one call") == 1.0));
 }
+
+#[test]
+fn varying_counts_that_disagree_fail_on_every_rank_naming_both() {
+    use ccl::Counts;
+    for check in [CheckMode::Default, CheckMode::Full] {
+        let out = LocalJob::new(3).config(config(check)).run(|g| {
+            let (c, r) = (g.typed::<f32>(), g.rank());
+            // rank 2 thinks rank 0 has 3 elements, the others 2
+            let counts = Counts::new(&[if r == 2 { 3 } else { 2 }, 1, 4]).expect("counts");
+            let mine = vec![1.0f32; counts.count(r)];
+            let mut all = vec![0.0f32; counts.extent()];
+            let gathered = c.all_gatherv(&mine, &mut all, &counts).expect_err("counts differ");
+            (gathered, c.all_reduce(&mut [1.0f32], Sum))
+        });
+        for (rank, (gathered, _)) in out.into_iter().enumerate() {
+            names_both(&gathered, ["this rank called all_gatherv(counts #", "peer called all_gatherv(counts #"]);
+            assert!(gathered.to_string().contains(&format!("rank {rank}")), "{gathered}");
+        }
+    }
+}
+
+#[test]
+fn an_all_to_allv_whose_pairs_disagree_fails_naming_both_sides() {
+    use ccl::Counts;
+    // every rank sends every other 2 elements, but rank 1 sends rank 2
+    // five, and rank 2 expects seven from it
+    let run = |check| {
+        LocalJob::new(3).config(config(check)).run(|g| {
+            let (c, r) = (g.typed::<u32>(), g.rank());
+            let sends = Counts::new(&[2, 2, if r == 1 { 5 } else { 2 }]).expect("counts");
+            let recvs = Counts::new(&[2, if r == 2 { 7 } else { 2 }, 2]).expect("counts");
+            let (send, mut recv) = (vec![r as u32; sends.extent()], vec![0u32; recvs.extent()]);
+            c.all_to_allv(&send, &sends, &mut recv, &recvs)
+        })
+    };
+    // checked first: every rank, at the call, names the pair
+    for (rank, r) in run(CheckMode::Full).into_iter().enumerate() {
+        let e = r.expect_err("pair disagrees");
+        names_both(&e, ["rank 2 receives 7 elements from rank 1", "rank 1 sends it 5"]);
+        assert!(e.to_string().contains(&format!("rank {rank}")), "{e}");
+    }
+    // by default the receiver finds it on the first message, naming both counts
+    let e = run(CheckMode::Default).swap_remove(2).expect_err("rank 2 expects more");
+    names_both(&e, ["all_to_allv(7 to one peer", "all_to_allv(5 to one peer"]);
+}

@@ -6,9 +6,12 @@
 //! piece of `chunk` elements never exceeds half a connection's slots.
 
 use ccl::algo::verify::{verify, Case};
-use ccl::algo::{Algo, Coll};
+use ccl::algo::{Algo, Blocks, Coll};
 use ccl::topo::Hosts;
 use proptest::prelude::*;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use std::ops::Range;
 
 /// Hosts of `per` ranks (the last one may be smaller), or one host.
 fn hosts(n: usize, per: usize) -> Hosts {
@@ -35,6 +38,7 @@ fn case(coll: Coll, algo: Algo, n: usize, count: usize) -> Case {
         hosts: Hosts::flat(n),
         slot_elems,
         nslots,
+        blocks: None,
     }
 }
 
@@ -188,7 +192,87 @@ fn any_case() -> impl Strategy<Value = Case> {
             hosts: hosts(n, per_host),
             slot_elems,
             nslots: 2 * half_slots,
+            blocks: None,
         })
+}
+
+/// Blocks of random counts (a third of them 0) for `n` ranks: packed in
+/// rank order, or (`spread`) in a random order with gaps between them.
+fn random_blocks(rng: &mut impl Rng, n: usize, most: usize, spread: bool) -> Box<[Range<usize>]> {
+    let counts: Vec<usize> = (0..n).map(|_| if rng.gen_ratio(1, 3) { 0 } else { rng.gen_range(1..=most) }).collect();
+    if !spread {
+        return Blocks::packed(&counts);
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(rng);
+    let mut displs = vec![0; n];
+    let mut at = 0;
+    for r in order {
+        at += rng.gen_range(0..3);
+        displs[r] = at;
+        at += counts[r];
+    }
+    Blocks::at(&counts, &displs)
+}
+
+/// Every rank's blocks of a varying call of `coll`: the same on every
+/// rank, or for all-to-all, what each rank sends each other one and
+/// receives, matching.
+fn random_call(rng: &mut impl Rng, coll: Coll, n: usize, most: usize) -> Vec<Blocks> {
+    if coll != Coll::AllToAll {
+        let spread = rng.gen();
+        let all = random_blocks(rng, n, most, spread);
+        return vec![Blocks { all, recv: Box::new([]) }; n];
+    }
+    // counts[s][d]: what s sends d, placed at random on both sides
+    let counts: Vec<Vec<usize>> = (0..n).map(|_| (0..n).map(|_| rng.gen_range(0..=most)).collect()).collect();
+    let place = |rng: &mut _, lens: Vec<usize>| -> Box<[Range<usize>]> {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.shuffle(rng);
+        let mut displs = vec![0; n];
+        let mut at = 0;
+        for r in order {
+            displs[r] = at;
+            at += lens[r];
+        }
+        Blocks::at(&lens, &displs)
+    };
+    (0..n)
+        .map(|r| {
+            let all = place(rng, counts[r].clone());
+            let recv = place(rng, (0..n).map(|s| counts[s][r]).collect());
+            Blocks { all, recv }
+        })
+        .collect()
+}
+
+/// Calls whose counts vary by rank (MPI's v-collectives), every form of
+/// each, 1..=64 ranks, counts drawn afresh (zeros among them), placed in
+/// rank order or not, with gaps or not, on 1 to 3 channels, in place
+/// where the call has that form.
+#[test]
+fn variable_blocks_for_1_to_64_ranks() {
+    let seed = rand::random::<u64>();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for n in 1..=64usize {
+        for coll in Coll::ALL {
+            for &algo in coll.algos_v() {
+                for most in [1, 5, 2 * n + 3] {
+                    let mut c = case(coll, algo, n, 0);
+                    c.blocks = Some(random_call(&mut rng, coll, n, most));
+                    c.channels = 1 + n % 3;
+                    c.in_place = coll != Coll::AllToAll && rng.gen();
+                    c.root = rng.gen_range(0..n);
+                    if n % 4 == 1 {
+                        c.hosts = hosts(n, 1 + n % 5);
+                    }
+                    if let Err(e) = verify(&c) {
+                        panic!("seed {seed}: {coll} {algo} n={n} {c:?}: {e}");
+                    }
+                }
+            }
+        }
+    }
 }
 
 proptest! {

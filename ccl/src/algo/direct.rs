@@ -1,37 +1,37 @@
 //! Direct patterns: pairwise all-to-all, dissemination barrier, and
 //! point-to-point send and receive.
 
-use super::part::{npieces, piece, recv_pieces, reg, send_pieces, split};
+use super::part::{npieces, piece, recv_pieces, reg, send_pieces, split_nth};
 use super::schedule::{Buf, Region, Schedule, Step};
 use super::Params;
 
 /// All-to-all by pairwise exchange: at step `k` send block `r+k` to rank
 /// `r+k` and receive block `r-k` from rank `r-k`. In place, the input is
 /// first copied to scratch so no block is overwritten before it is sent.
+/// With [`Params::blocks`], the blocks sent and received are the call's.
 pub fn all_to_all(p: &Params) -> Schedule {
     let (n, count, r) = (p.nranks, p.count, p.rank);
     let src = if p.in_place { Buf::Scratch } else { Buf::Input };
-    let channels = split(0..count, p.channels)
-        .iter()
-        .map(|sub| {
+    let channels = (0..p.channels)
+        .map(|c| {
             let mut ch = Vec::new();
-            let blk = |b: usize, buf: Buf| Region::new(buf, b * count + sub.start, sub.len());
+            let part = |b: std::ops::Range<usize>| split_nth(b, p.channels, c);
+            let (sent, got) = (|b: usize| part(p.block(b)), |b: usize| part(p.recv_block(b)));
             if p.in_place {
                 for b in 0..n {
-                    ch.push(Step::Copy { src: blk(b, Buf::Input), dst: blk(b, Buf::Scratch) });
+                    let s = sent(b);
+                    ch.push(Step::Copy { src: reg(Buf::Input, &s), dst: reg(Buf::Scratch, &s) });
                 }
             }
             // step 0: our own block
-            ch.push(Step::Copy { src: blk(r, src), dst: blk(r, Buf::Output) });
+            ch.push(Step::Copy { src: reg(src, &sent(r)), dst: reg(Buf::Output, &got(r)) });
             // steps 1..n-1: to r+k, from r-k, a piece at a time
             for k in 1..n {
                 let (to, from) = ((r + k) % n, (r + n - k) % n);
-                let (s, d) = (blk(to, src), blk(from, Buf::Output));
-                for i in 0..npieces(sub.len(), p.chunk) {
-                    let sp = piece(&(s.off..s.end()), p.chunk, i);
-                    let dp = piece(&(d.off..d.end()), p.chunk, i);
-                    ch.push(Step::Send { to, src: reg(src, &sp) });
-                    ch.push(Step::Recv { from, dst: reg(Buf::Output, &dp) });
+                let (s, d) = (sent(to), got(from));
+                for i in 0..npieces(s.len(), p.chunk).max(npieces(d.len(), p.chunk)) {
+                    ch.push(Step::Send { to, src: reg(src, &piece(&s, p.chunk, i)) });
+                    ch.push(Step::Recv { from, dst: reg(Buf::Output, &piece(&d, p.chunk, i)) });
                 }
             }
             ch

@@ -135,7 +135,7 @@ mod tests {
     use crate::topo::Hosts;
 
     fn sched(coll: Coll, algo: Algo, n: usize, rank: usize, count: usize, in_place: bool, hosts: &Hosts) -> Schedule {
-        let p = Params { nranks: n, rank, count, root: n / 2, channels: 2, chunk: 5, in_place, around: false, hosts };
+        let p = Params { nranks: n, rank, count, root: n / 2, channels: 2, chunk: 5, in_place, around: false, hosts, blocks: None };
         generate(coll, algo, &p).expect("schedule")
     }
 
@@ -207,7 +207,7 @@ mod tests {
     #[test]
     fn schedules_too_long_to_analyse_lend_nothing_unheld_and_land_nothing() {
         let hosts = Hosts::flat(4);
-        let p = Params { nranks: 4, rank: 1, count: 1 << 14, root: 0, channels: 1, chunk: 1, in_place: true, around: false, hosts: &hosts };
+        let p = Params { nranks: 4, rank: 1, count: 1 << 14, root: 0, channels: 1, chunk: 1, in_place: true, around: false, hosts: &hosts, blocks: None };
         let s = generate(Coll::AllReduce, Algo::Ring, &p).expect("schedule");
         assert!(s.channels[0].len() > MAX_ANALYSED);
         let m = plan(&s, &Coll::AllReduce.layout(4, 1, 1 << 14, 0, true));

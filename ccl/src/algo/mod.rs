@@ -5,6 +5,7 @@
 //! host grouping, and returns steps. [`verify`] proves schedules
 //! symbolically; the executor runs them.
 
+pub mod blocks;
 pub mod direct;
 pub mod doubling;
 pub mod hier;
@@ -19,6 +20,7 @@ pub mod tree;
 #[cfg(any(test, feature = "internals"))]
 pub mod verify;
 
+pub use blocks::Blocks;
 pub use schedule::{Buf, InPlace, Layout, Region, Schedule, Step};
 
 use crate::topo::Hosts;
@@ -93,6 +95,19 @@ impl Coll {
         }
     }
 
+    /// The name of the call's form whose counts vary by rank
+    /// (`"all_gatherv"`), where it has one; else [`name`](Self::name).
+    pub fn name_varying(self) -> &'static str {
+        match self {
+            Coll::AllGather => "all_gatherv",
+            Coll::ReduceScatter => "reduce_scatterv",
+            Coll::AllToAll => "all_to_allv",
+            Coll::Gather => "gatherv",
+            Coll::Scatter => "scatterv",
+            other => other.name(),
+        }
+    }
+
     /// Whether the call reduces (and so takes an operator).
     pub fn reduces(self) -> bool {
         matches!(self, Coll::AllReduce | Coll::Reduce | Coll::ReduceScatter | Coll::Scan | Coll::Exscan)
@@ -120,6 +135,18 @@ impl Coll {
             Coll::Barrier => &[Dissemination],
             Coll::Gather | Coll::Scatter => &[Direct, Tree],
             Coll::Scan | Coll::Exscan => &[Ring, RecursiveDoubling],
+        }
+    }
+
+    /// The algorithms that implement this call with counts that vary by
+    /// rank ([`Blocks`]), the default first (empty: it has no such form).
+    pub fn algos_v(self) -> &'static [Algo] {
+        use Algo::*;
+        match self {
+            Coll::AllGather | Coll::ReduceScatter => &[Ring],
+            Coll::Gather | Coll::Scatter => &[Direct, Tree],
+            Coll::AllToAll => &[Direct],
+            _ => &[],
         }
     }
 
@@ -259,6 +286,9 @@ pub struct Params<'a> {
     pub around: bool,
     /// Ranks per host.
     pub hosts: &'a Hosts,
+    /// Every rank's block, where counts vary by rank (`count` is then
+    /// unused); `None` for equal blocks of `count`.
+    pub blocks: Option<&'a Blocks>,
 }
 
 /// The schedule of `algo` for `coll` on this rank, with empty steps removed.
@@ -279,6 +309,12 @@ pub fn generate_keeping_empty(coll: Coll, algo: Algo, p: &Params) -> Result<Sche
     if coll.rooted() && p.root >= p.nranks {
         return Err(format!("root {} of {}", p.root, p.nranks));
     }
+    if let Some(b) = p.blocks {
+        let fits = b.all.len() == p.nranks && (coll != Coll::AllToAll || b.recv.len() == p.nranks);
+        if !fits || !coll.algos_v().contains(&algo) || p.layout(coll).is_none() {
+            return Err(format!("{algo} {coll} of {} variable blocks for {} ranks", b.all.len(), p.nranks));
+        }
+    }
     let p = &Params { channels: p.channels.max(1), chunk: p.chunk.max(1), ..*p };
     use Algo::*;
     let s = match (coll, algo) {
@@ -297,7 +333,7 @@ pub fn generate_keeping_empty(coll: Coll, algo: Algo, p: &Params) -> Result<Sche
         (Coll::ReduceScatter, Ring) => ring::reduce_scatter(p),
         (Coll::ReduceScatter, HalvingDoubling) => doubling::reduce_scatter_rh(p),
         (Coll::AllToAll, Direct) => direct::all_to_all(p),
-        (c, Direct) if c.on_shared(p.in_place) => shared::schedule(c, p)?,
+        (c, Direct) if c.on_shared(p.in_place) && p.blocks.is_none() => shared::schedule(c, p)?,
         (Coll::Barrier, Dissemination) => direct::barrier(p),
         (Coll::Send, Direct) => direct::send(p),
         (Coll::Recv, Direct) => direct::recv(p),

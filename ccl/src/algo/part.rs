@@ -19,6 +19,15 @@ pub fn split(r: Range<usize>, parts: usize) -> Vec<Range<usize>> {
     out
 }
 
+/// Part `i` of [`split`]`(r, parts)`, without the others.
+pub fn split_nth(r: Range<usize>, parts: usize, i: usize) -> Range<usize> {
+    let parts = parts.max(1);
+    let len = r.end - r.start;
+    let (base, extra) = (len / parts, len % parts);
+    let start = r.start + i * base + i.min(extra);
+    start..start + base + usize::from(i < extra)
+}
+
 /// The `k`-th pipeline piece of `r` when cut every `chunk` elements; empty
 /// past the end.
 pub fn piece(r: &Range<usize>, chunk: usize, k: usize) -> Range<usize> {
@@ -106,6 +115,9 @@ mod tests {
                 assert_eq!(s[parts - 1].end, 5 + len);
                 for w in s.windows(2) {
                     assert_eq!(w[0].end, w[1].start);
+                }
+                for (i, part) in s.iter().enumerate() {
+                    assert_eq!(split_nth(5..5 + len, parts, i), *part);
                 }
                 let lens: Vec<_> = s.iter().map(|r| r.len()).collect();
                 assert!(lens.iter().max().unwrap_or(&0) - lens.iter().min().unwrap_or(&0) <= 1);

@@ -9,7 +9,7 @@
 //! Data always flows to the next ring position. The ring order comes from
 //! the topology (each host entered and left once).
 
-use super::part::{npieces, piece, reg, reg_at, split};
+use super::part::{npieces, piece, reg, reg_at, split, split_nth};
 use super::schedule::{Buf, Region, Schedule, Step};
 use super::Params;
 use std::ops::Range;
@@ -140,21 +140,20 @@ pub fn all_reduce(p: &Params) -> Schedule {
     Schedule { channels, scratch: 0 }
 }
 
-/// Per channel: the sub-range of each rank's block, by ring position.
-fn channel_blocks(ring: &[usize], count: usize, sub: &Range<usize>) -> Vec<Range<usize>> {
-    ring.iter().map(|&r| r * count + sub.start..r * count + sub.end).collect()
+/// Per channel: part `c` of each rank's block, by ring position.
+fn channel_blocks(p: &Params, ring: &[usize], c: usize) -> Vec<Range<usize>> {
+    ring.iter().map(|&r| split_nth(p.block(r), p.channels, c)).collect()
 }
 
-/// Reduce-scatter by ring: input `n × count`, rank `r` keeps block `r`.
+/// Reduce-scatter by ring: input `n × count`, rank `r` keeps block `r`
+/// (or the blocks of [`Params::blocks`]).
 pub fn reduce_scatter(p: &Params) -> Schedule {
-    let base = p.rank * p.count;
-    let channels = split(0..p.count, p.channels)
-        .iter()
-        .enumerate()
-        .map(|(c, sub)| {
+    let base = p.block(p.rank).start;
+    let channels = (0..p.channels)
+        .map(|c| {
             let (ring, pos) = ring_of(p, c);
             let mut ch = Vec::new();
-            let blocks = channel_blocks(&ring, p.count, sub);
+            let blocks = channel_blocks(p, &ring, c);
             reduce_scatter_ring(&mut ch, &ring, pos, &blocks, p.chunk, Buf::Input, &|r| reg_at(Buf::Output, r, base));
             ch
         })
@@ -162,16 +161,15 @@ pub fn reduce_scatter(p: &Params) -> Schedule {
     Schedule { channels, scratch: 0 }
 }
 
-/// All-gather by ring: input `count`, output `n × count` in rank order.
+/// All-gather by ring: input `count`, output `n × count` in rank order (or
+/// the blocks of [`Params::blocks`]).
 pub fn all_gather(p: &Params) -> Schedule {
-    let base = p.rank * p.count;
-    let channels = split(0..p.count, p.channels)
-        .iter()
-        .enumerate()
-        .map(|(c, sub)| {
+    let base = p.block(p.rank).start;
+    let channels = (0..p.channels)
+        .map(|c| {
             let (ring, pos) = ring_of(p, c);
             let mut ch = Vec::new();
-            let blocks = channel_blocks(&ring, p.count, sub);
+            let blocks = channel_blocks(p, &ring, c);
             all_gather_ring(&mut ch, &ring, pos, &blocks, p.chunk, &|r| reg_at(Buf::Input, r, base), Buf::Output);
             ch
         })

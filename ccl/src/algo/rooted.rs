@@ -11,7 +11,7 @@
 //! head's own block apart, and where the relative order wraps past rank
 //! `n - 1` to rank 0.
 
-use super::part::{exchange, split, Into};
+use super::part::{exchange, reg, split_nth, Into};
 use super::schedule::{Buf, Region, Schedule, Step};
 use super::Params;
 use std::ops::Range;
@@ -29,15 +29,18 @@ pub fn scatter_direct(p: &Params) -> Schedule {
 
 /// Blocks straight to the root (`to_root`: gather) or from it (scatter).
 fn direct(p: &Params, to_root: bool) -> Schedule {
-    let (n, count, r, root) = (p.nranks, p.count, p.rank, p.root);
+    let (n, r, root) = (p.nranks, p.rank, p.root);
     // the root's buffer of all blocks, and every rank's own one
     let (all, own) = if to_root { (Buf::Output, Buf::Input) } else { (Buf::Input, Buf::Output) };
-    let channels = split(0..count, p.channels)
-        .iter()
-        .map(|sub| {
+    let channels = (0..p.channels)
+        .map(|c| {
             let mut ch = Vec::new();
-            let mine = Region::new(own, sub.start, sub.len());
-            let block = |q: usize| Region::new(all, q * count + sub.start, sub.len());
+            let part = |q: usize| split_nth(p.block(q), p.channels, c);
+            let mine = {
+                let (b, at) = (part(r), p.block(r).start);
+                Region::new(own, b.start - at, b.len())
+            };
+            let block = |q: usize| reg(all, &part(q));
             // a gather's root takes and its other ranks send; a scatter's
             // the other way round
             let sends = to_root != (r == root);
@@ -61,17 +64,30 @@ fn direct(p: &Params, to_root: bool) -> Schedule {
 }
 
 /// A rank's place in the binomial tree rooted at `root`.
-struct Tree {
+struct Tree<'a> {
     n: usize,
     root: usize,
-    count: usize,
     /// This rank, relative to the root.
     v: usize,
+    p: Params<'a>,
+    /// With variable blocks: where the blocks of relative ranks `v + 1..`
+    /// of this rank's subtree start in its scratch, and one past the last.
+    offs: Vec<usize>,
 }
 
-impl Tree {
-    fn new(p: &Params) -> Self {
-        Tree { n: p.nranks, root: p.root, count: p.count, v: (p.rank + p.nranks - p.root) % p.nranks }
+impl<'a> Tree<'a> {
+    fn new(p: &Params<'a>) -> Self {
+        let v = (p.rank + p.nranks - p.root) % p.nranks;
+        let mut t = Tree { n: p.nranks, root: p.root, v, p: *p, offs: Vec::new() };
+        if v != 0 && p.blocks.is_some() {
+            let mut at = 0;
+            t.offs.push(0);
+            for u in v + 1..v + t.size(v) {
+                at += p.block(t.abs(u)).len();
+                t.offs.push(at);
+            }
+        }
+        t
     }
 
     /// Ranks in the subtree headed by relative rank `v`.
@@ -110,11 +126,26 @@ impl Tree {
     }
 
     /// Where this rank keeps the blocks `seg` (relative) of its subtree,
-    /// on channel `sub`: the root in `whole` (the user's n blocks, in rank
-    /// order), another rank its own block in `own` and the others in
-    /// scratch. One region per block, or one for them all where the
-    /// channel holds whole blocks.
-    fn place(&self, seg: &Range<usize>, sub: &Range<usize>, whole: Buf, own: Buf) -> Vec<Region> {
+    /// channel `c`'s part of them: the root in `whole` (the user's n
+    /// blocks), another rank its own block in `own` and the others in
+    /// scratch, one after the other. One region per block, or, with equal
+    /// blocks, one for them all where the channel holds whole blocks.
+    fn place(&self, seg: &Range<usize>, c: usize, whole: Buf, own: Buf) -> Vec<Region> {
+        let part = |b: Range<usize>| split_nth(b, self.p.channels, c);
+        if self.p.blocks.is_some() {
+            let at = |u: usize| {
+                let b = self.p.block(self.abs(u));
+                if self.v == 0 {
+                    reg(whole, &part(b))
+                } else if u == self.v {
+                    reg(own, &part(0..b.len()))
+                } else {
+                    let o = self.offs[u - self.v - 1];
+                    reg(Buf::Scratch, &part(o..o + b.len()))
+                }
+            };
+            return seg.clone().map(at).collect();
+        }
         let (buf, first) = if self.v == 0 {
             (whole, self.abs(seg.start))
         } else if seg.start == self.v {
@@ -122,7 +153,8 @@ impl Tree {
         } else {
             (Buf::Scratch, seg.start - self.v - 1)
         };
-        let count = self.count;
+        let count = self.p.count;
+        let sub = part(0..count);
         if sub.len() == count {
             return vec![Region::new(buf, first * count, seg.len() * count)];
         }
@@ -133,8 +165,10 @@ impl Tree {
     fn scratch(&self) -> usize {
         if self.v == 0 {
             0
+        } else if self.p.blocks.is_some() {
+            self.offs.last().copied().unwrap_or(0)
         } else {
-            (self.size(self.v) - 1) * self.count
+            (self.size(self.v) - 1) * self.p.count
         }
     }
 }
@@ -143,23 +177,23 @@ impl Tree {
 /// nearest first, and passes its own subtree up.
 pub fn gather_tree(p: &Params) -> Schedule {
     let t = Tree::new(p);
-    let channels = split(0..p.count, p.channels)
-        .iter()
-        .map(|sub| {
+    let channels = (0..p.channels)
+        .map(|c| {
             let mut ch = Vec::new();
             if t.v == 0 {
-                let own = Region::new(Buf::Input, sub.start, sub.len());
-                ch.push(Step::Copy { src: own, dst: Region::new(Buf::Output, p.rank * p.count + sub.start, sub.len()) });
+                let b = p.block(p.rank);
+                let (src, dst) = (split_nth(0..b.len(), p.channels, c), split_nth(b, p.channels, c));
+                ch.push(Step::Copy { src: reg(Buf::Input, &src), dst: reg(Buf::Output, &dst) });
             }
-            for c in t.children() {
-                for seg in t.segments(c) {
-                    let dst = t.place(&seg, sub, Buf::Output, Buf::Input);
-                    exchange(&mut ch, t.abs(c), &[], &dst, p.chunk, Into::Copy);
+            for child in t.children() {
+                for seg in t.segments(child) {
+                    let dst = t.place(&seg, c, Buf::Output, Buf::Input);
+                    exchange(&mut ch, t.abs(child), &[], &dst, p.chunk, Into::Copy);
                 }
             }
             if t.v != 0 {
                 for seg in t.segments(t.v) {
-                    let src = t.place(&seg, sub, Buf::Output, Buf::Input);
+                    let src = t.place(&seg, c, Buf::Output, Buf::Input);
                     exchange(&mut ch, t.parent(), &src, &[], p.chunk, Into::Copy);
                 }
             }
@@ -174,23 +208,23 @@ pub fn gather_tree(p: &Params) -> Schedule {
 /// subtree) first.
 pub fn scatter_tree(p: &Params) -> Schedule {
     let t = Tree::new(p);
-    let channels = split(0..p.count, p.channels)
-        .iter()
-        .map(|sub| {
+    let channels = (0..p.channels)
+        .map(|c| {
             let mut ch = Vec::new();
             if t.v == 0 {
-                let src = Region::new(Buf::Input, p.rank * p.count + sub.start, sub.len());
-                ch.push(Step::Copy { src, dst: Region::new(Buf::Output, sub.start, sub.len()) });
+                let b = p.block(p.rank);
+                let (src, dst) = (split_nth(b.clone(), p.channels, c), split_nth(0..b.len(), p.channels, c));
+                ch.push(Step::Copy { src: reg(Buf::Input, &src), dst: reg(Buf::Output, &dst) });
             } else {
                 for seg in t.segments(t.v) {
-                    let dst = t.place(&seg, sub, Buf::Input, Buf::Output);
+                    let dst = t.place(&seg, c, Buf::Input, Buf::Output);
                     exchange(&mut ch, t.parent(), &[], &dst, p.chunk, Into::Copy);
                 }
             }
-            for c in t.children().into_iter().rev() {
-                for seg in t.segments(c) {
-                    let src = t.place(&seg, sub, Buf::Input, Buf::Output);
-                    exchange(&mut ch, t.abs(c), &src, &[], p.chunk, Into::Copy);
+            for child in t.children().into_iter().rev() {
+                for seg in t.segments(child) {
+                    let src = t.place(&seg, c, Buf::Input, Buf::Output);
+                    exchange(&mut ch, t.abs(child), &src, &[], p.chunk, Into::Copy);
                 }
             }
             ch
@@ -204,8 +238,8 @@ mod tests {
     use super::*;
     use crate::topo::Hosts;
 
-    fn tree(n: usize, rank: usize, root: usize) -> Tree {
-        let hosts = Hosts::flat(n);
+    fn tree(n: usize, rank: usize, root: usize) -> Tree<'static> {
+        let hosts = Box::leak(Box::new(Hosts::flat(n)));
         let p = Params {
             nranks: n,
             rank,
@@ -215,7 +249,8 @@ mod tests {
             chunk: 1,
             in_place: false,
             around: false,
-            hosts: &hosts,
+            hosts,
+            blocks: None,
         };
         Tree::new(&p)
     }

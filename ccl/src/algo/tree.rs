@@ -451,7 +451,7 @@ mod tests {
             let groups = hosts.groups().to_vec();
             for rank in 0..n {
                 for root in [0, n / 2, n - 1] {
-                    let p = Params { nranks: n, rank, count: 1, root, channels: 1, chunk: 1, in_place: false, around: false, hosts: &hosts };
+                    let p = Params { nranks: n, rank, count: 1, root, channels: 1, chunk: 1, in_place: false, around: false, hosts: &hosts, blocks: None };
                     let [a, b] = double_tree(&p, 0);
                     if groups.len() < 2 {
                         let order = hosts.ring().to_vec();
@@ -491,7 +491,7 @@ mod tests {
             let (count, chunk) = (40 * n + 3, 7);
             let mut total = (0, 0);
             for rank in 0..n {
-                let p = Params { nranks: n, rank, count, root: 0, channels: 1, chunk, in_place: false, around: false, hosts: &hosts };
+                let p = Params { nranks: n, rank, count, root: 0, channels: 1, chunk, in_place: false, around: false, hosts: &hosts, blocks: None };
                 let s = all_reduce(&p);
                 let halves = split(0..count, 2);
                 for ((t, ch), half) in double_tree(&p, 0).iter().zip(&s.channels).zip(&halves) {
@@ -526,7 +526,7 @@ mod tests {
                 // the locals that cross, per host and tree
                 let mut heads = vec![[Vec::new(), Vec::new()]; sizes.len()];
                 for rank in 0..n {
-                    let p = Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: false, around: false, hosts: &hosts };
+                    let p = Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: false, around: false, hosts: &hosts, blocks: None };
                     for (t, tree) in double_tree(&p, c).iter().enumerate() {
                         let mut links = tree.parent.iter().chain(&tree.children);
                         if links.any(|&o| hosts.host_of(o) != hosts.host_of(rank)) {
@@ -551,7 +551,7 @@ mod tests {
             let mut heads_seen = [Vec::new(), Vec::new()];
             for rank in 0..n {
                 let p =
-                    Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: true, around: false, hosts: &hosts };
+                    Params { nranks: n, rank, count: 1, root: 0, channels: 1, chunk: 1, in_place: true, around: false, hosts: &hosts, blocks: None };
                 let trees = double_tree(&p, 0);
                 for (t, tree) in trees.iter().enumerate() {
                     let links = tree.parent.iter().chain(&tree.children);

@@ -3,7 +3,9 @@
 //!
 //! - `CCL_CHECK=full`: before every collective, the ranks all-gather its
 //!   fingerprint ([`all_agree`]); any difference fails the call on every
-//!   rank, naming this rank's call and a disagreeing rank's.
+//!   rank, naming this rank's call and a disagreeing rank's; before a
+//!   varying all-to-all, each rank also tells every other how much it
+//!   sends it ([`all_pairs_agree`]).
 //! - By default, a rank stuck waiting compares its last calls with what
 //!   the peers it waits on posted, or told it from other hosts
 //!   (`Engine::check_peers`); a message left over from an earlier call is
@@ -14,7 +16,7 @@
 //!   ([`end_check`]).
 
 use super::group::{Group, Inner};
-use crate::algo::Coll;
+use crate::algo::{Blocks, Coll};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::Conns;
 use crate::op::{NoOp, ReduceOp};
@@ -39,24 +41,8 @@ unsafe impl Reduce for CheckWord {
 /// rank's that differs.
 pub(crate) fn all_agree(group: &Group, fp: Fingerprint) -> Result<()> {
     let ours = fp.words();
-    let mine = ours.map(CheckWord);
     let mut all = vec![CheckWord(0); 4 * group.size()];
-    let seq = ours[3];
-    let call = Call {
-        coll: Coll::AllGather,
-        count: 4,
-        root: 0,
-        input: mine.as_ptr(),
-        output: all.as_mut_ptr(),
-        in_place: false,
-        timeout: None,
-        device: None,
-        shared: None,
-    };
-    // SAFETY: both buffers are this frame's, sized for the call (4 words
-    // in, 4 per rank out), and outlive it: run_numbered returns when the
-    // call has finished or failed.
-    unsafe { group.run_numbered::<CheckWord, NoOp>(call, seq) }?;
+    exchange(group, Coll::AllGather, &ours.map(CheckWord), &mut all, ours[3])?;
     let theirs = all.chunks(4).map(|c| -> Words { std::array::from_fn(|i| c[i].0) });
     match theirs.enumerate().find(|(_, t)| *t != ours) {
         None => Ok(()),
@@ -65,6 +51,55 @@ pub(crate) fn all_agree(group: &Group, fp: Fingerprint) -> Result<()> {
             Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(rank))
         }
     }
+}
+
+/// Runs `coll` (all-gather or all-to-all) of check words from `input`
+/// into `output` (`size` times as long) as call number `seq`.
+fn exchange(group: &Group, coll: Coll, input: &[CheckWord], output: &mut [CheckWord], seq: u64) -> Result<()> {
+    let count = if coll == Coll::AllToAll { input.len() / group.size().max(1) } else { input.len() };
+    let call = Call {
+        coll,
+        count,
+        root: 0,
+        input: input.as_ptr(),
+        output: output.as_mut_ptr(),
+        in_place: false,
+        timeout: None,
+        device: None,
+        shared: None,
+        blocks: None,
+    };
+    if output.len() != count * group.size() || coll == Coll::AllToAll && input.len() != output.len() {
+        return Err(Error::internal("check buffers of the wrong size"));
+    }
+    // SAFETY: both buffers are the caller's, sized for the call (checked
+    // above), and outlive it: run_numbered returns when the call has
+    // finished or failed.
+    unsafe { group.run_numbered::<CheckWord, NoOp>(call, seq) }
+}
+
+/// For a varying all-to-all (`blocks`, this rank's), numbered `seq`:
+/// every rank tells each other one how much it sends it, and then every
+/// rank the first pair whose sender and receiver disagree, so that all of
+/// them fail alike.
+fn all_pairs_agree(group: &Group, blocks: &Blocks, seq: u64) -> Result<()> {
+    let (n, me) = (group.size(), group.rank());
+    let sends: Vec<CheckWord> = blocks.all.iter().map(|b| CheckWord(b.len() as u64)).collect();
+    let mut told = vec![CheckWord(0); n];
+    exchange(group, Coll::AllToAll, &sends, &mut told, seq)?;
+    // (1, sender, sent, expected) for this rank's first disagreeing sender
+    let first = told.iter().zip(blocks.recv.iter()).position(|(t, r)| t.0 != r.len() as u64);
+    let ours = first.map_or([0; 4], |s| [1, s as u64, told[s].0, blocks.recv[s].len() as u64]);
+    let mut all = vec![CheckWord(0); 4 * n];
+    exchange(group, Coll::AllGather, &ours.map(CheckWord), &mut all, seq)?;
+    let Some((to, w)) = all.chunks(4).enumerate().find(|(_, w)| w[0].0 == 1) else {
+        return Ok(());
+    };
+    let (from, sent, expected) = (w[1].0 as usize, w[2].0, w[3].0);
+    let ours = format!("all_to_allv #{seq} in which rank {to} receives {expected} elements from rank {from}");
+    let theirs = format!("one in which rank {from} sends it {sent}");
+    let peer = if me == to { from } else { to };
+    Err(Error::new(ErrorKind::Mismatch { ours, theirs }).with_peer(peer))
 }
 
 /// How long a communicator being dropped waits for the peers of its host
@@ -146,6 +181,10 @@ impl Group {
         if self.inner.config.check != crate::config::CheckMode::Full || call.coll.p2p() || self.inner.size < 2 {
             return Ok(());
         }
-        all_agree(self, call.fingerprint::<O>(seq))
+        all_agree(self, call.fingerprint::<O>(seq))?;
+        match &call.blocks {
+            Some(b) if call.coll == Coll::AllToAll => all_pairs_agree(self, b, seq),
+            _ => Ok(()),
+        }
     }
 }

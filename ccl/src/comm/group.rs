@@ -200,7 +200,7 @@ impl Group {
             // SAFETY: forwarded from this function's contract.
             let exec = unsafe { Exec::<T, O>::new(plan, call.input, call.output, &mut eng.conns)? };
             let op = CallOp { exec, finish_ranks, on_done: Some(on_done) };
-            eng.submit(Box::new(op), call.coll.name(), seq, timeout)
+            eng.submit(Box::new(op), call.name(), seq, timeout)
         })
     }
 
@@ -246,11 +246,11 @@ impl Group {
             if let Some(stream) = op.exec.proxied().cloned() {
                 // its work is queued as the peers' messages come: it
                 // returns now, and the proxy finishes it
-                let id = eng.submit(op, call.coll.name(), seq, timeout)?;
+                let id = eng.submit(op, call.name(), seq, timeout)?;
                 return self.proxy(id, stream);
             }
             let started = timed.then(std::time::Instant::now);
-            eng.run(&mut *op, call.coll.name(), seq, timeout)?;
+            eng.run(&mut *op, call.name(), seq, timeout)?;
             if let Some(t0) = started {
                 let nanos = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 plans.stores.observe(call.bytes(), around, nanos);
@@ -358,6 +358,7 @@ impl Group {
             timeout,
             device: None,
             shared: None,
+            blocks: None,
         }
     }
 

@@ -3,9 +3,11 @@
 
 mod agree;
 mod buffer;
+mod counts;
 pub(crate) mod exit;
 mod group;
 mod grouped;
+mod p2p;
 mod registered;
 mod request;
 mod rooted;
@@ -13,12 +15,14 @@ mod scan;
 mod shared;
 mod split;
 mod typed;
+mod varying;
 
 pub use crate::exec::engine::install_dump_on_sigusr1;
 pub use agree::MISMATCH_EXIT;
 #[doc(hidden)]
 pub use buffer::Place;
 pub use buffer::{Buffer, BufferMut};
+pub use counts::Counts;
 pub use group::Group;
 pub use grouped::P2pGroup;
 pub use registered::RegisteredBuffer;

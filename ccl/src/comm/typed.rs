@@ -11,7 +11,7 @@ use super::buffer::{Buffer, BufferMut, Place};
 use super::group::Group;
 use super::request::Request;
 use super::shared::{self, SharedBuffer};
-use crate::algo::Coll;
+use crate::algo::{Blocks, Coll};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{NoOp, ReduceOp};
 use crate::plan::{Call, OnShared};
@@ -42,6 +42,11 @@ impl Bufs<'_> {
     /// Buffers of a call that does not run in place (`input` to `output`), as ordinary memory.
     pub(super) fn apart(input: Option<Place>, output: Option<Place>) -> Self {
         Bufs { input, output, in_place: false, shared: None }
+    }
+
+    /// One buffer worked on in place, as ordinary memory.
+    pub(super) fn alone(output: Option<Place>) -> Self {
+        Bufs { input: None, output, in_place: true, shared: None }
     }
 }
 
@@ -100,10 +105,23 @@ impl<T: Reduce> Communicator<T> {
         coll: Coll,
         check: impl FnOnce() -> Result<()>,
         (count, root): (usize, usize),
+        bufs: Bufs<'_>,
+    ) -> Result<()> {
+        self.blocking_on::<O>(coll, check, (count, root, None), bufs)
+    }
+
+    /// [`blocking`](Self::blocking), on blocks that vary by rank where
+    /// `blocks` says.
+    pub(super) fn blocking_on<O: ReduceOp<T>>(
+        &self,
+        coll: Coll,
+        check: impl FnOnce() -> Result<()>,
+        (count, root, blocks): (usize, usize, Option<Arc<Blocks>>),
         Bufs { input, output, in_place, shared }: Bufs<'_>,
     ) -> Result<()> {
         let seq = self.group.next_seq(coll);
-        let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
+        let name = if blocks.is_some() { coll.name_varying() } else { coll.name() };
+        let ctx = |e: Error| e.in_call(name, seq).at_rank(self.rank());
         check().map_err(ctx)?;
         let (i, o, device) = self.group.resolve(input, output).map_err(ctx)?;
         let call = Call {
@@ -116,6 +134,7 @@ impl<T: Reduce> Communicator<T> {
             timeout: self.timeout,
             device,
             shared,
+            blocks,
         };
         self.group.agree::<T, O>(&call, seq).map_err(ctx)?;
         // SAFETY: every caller passes places of buffers it borrows for the
@@ -134,7 +153,8 @@ impl<T: Reduce> Communicator<T> {
         keep: impl FnOnce() -> R + Send + 'static,
     ) -> Request<R> {
         let seq = self.group.next_seq(coll);
-        let ctx = |e: Error| e.in_call(coll.name(), seq).at_rank(self.rank());
+        let name = call.name();
+        let ctx = |e: Error| e.in_call(name, seq).at_rank(self.rank());
         if let Err(e) = check().and_then(|()| self.group.agree::<T, O>(&call, seq)) {
             return Request::failed(self.group.clone(), ctx(e));
         }
@@ -164,7 +184,18 @@ impl<T: Reduce> Communicator<T> {
         output: *mut T,
         in_place: bool,
     ) -> Call<'static, T> {
-        Call { coll, count, root, input, output, in_place, timeout: self.timeout, device: None, shared: None }
+        Call {
+            coll,
+            count,
+            root,
+            input,
+            output,
+            in_place,
+            timeout: self.timeout,
+            device: None,
+            shared: None,
+            blocks: None,
+        }
     }
 
     /// Allocates `len` zeroed elements in memory that every rank of this
@@ -447,43 +478,6 @@ impl<T: Reduce> Communicator<T> {
         self.blocking::<NoOp>(Coll::AllToAll, check, (len / s, 0), self.in_place(buf))
     }
 
-    fn check_peer(&self, peer: usize) -> Result<()> {
-        self.group.check_root("peer", peer)?;
-        if peer == self.rank() {
-            return Err(Error::invalid("send and recv need another rank as peer"));
-        }
-        Ok(())
-    }
-
-    /// Sends `buf` to `peer`, which must `recv` as many elements. Messages
-    /// between two ranks arrive in the order they were sent.
-    ///
-    /// ```
-    /// use ccl::testing::run_local;
-    /// let done = run_local(2, |world| -> ccl::Result<()> {
-    ///     let c = world.typed::<i16>();
-    ///     if world.rank() == 0 {
-    ///         c.send(&[1, 2, 3], 1)?;
-    ///     } else {
-    ///         let mut got = [0; 3];
-    ///         c.recv(&mut got, 0)?;
-    ///         assert_eq!(got, [1, 2, 3]);
-    ///     }
-    ///     Ok(())
-    /// });
-    /// assert!(done.iter().all(Result::is_ok));
-    /// ```
-    pub fn send<B: Buffer<T> + ?Sized>(&self, buf: &B, peer: usize) -> Result<()> {
-        let check = || self.check_peer(peer);
-        self.blocking::<NoOp>(Coll::Send, check, (buf.elems(), peer), Bufs::apart(Some(buf.place()), None))
-    }
-
-    /// Receives `buf.len()` elements from `peer`.
-    pub fn recv<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, peer: usize) -> Result<()> {
-        let check = || self.check_peer(peer);
-        self.blocking::<NoOp>(Coll::Recv, check, (buf.elems(), peer), Bufs::apart(None, Some(buf.place_mut())))
-    }
-
     /// Blocks until every rank has entered the barrier (within this
     /// communicator's deadline).
     ///
@@ -566,22 +560,6 @@ impl<T: Reduce> Communicator<T> {
         let check = || divisible(len, s);
         let p = buf.as_mut_ptr();
         self.start::<NoOp, _>(Coll::AllToAll, check, self.call(Coll::AllToAll, len / s, 0, p, p, true), move || buf)
-    }
-
-    /// Non-blocking [`send`](Self::send); the request returns `buf`.
-    pub fn isend(&self, buf: Vec<T>, peer: usize) -> Request<Vec<T>> {
-        let (n, p) = (buf.len(), buf.as_ptr());
-        let check = || self.check_peer(peer);
-        let call = self.call(Coll::Send, n, peer, p, std::ptr::NonNull::dangling().as_ptr(), false);
-        self.start::<NoOp, _>(Coll::Send, check, call, move || buf)
-    }
-
-    /// Non-blocking [`recv`](Self::recv) into `buf`; the request returns it filled.
-    pub fn irecv(&self, mut buf: Vec<T>, peer: usize) -> Request<Vec<T>> {
-        let (n, p) = (buf.len(), buf.as_mut_ptr());
-        let check = || self.check_peer(peer);
-        let call = self.call(Coll::Recv, n, peer, std::ptr::NonNull::dangling().as_ptr(), p, false);
-        self.start::<NoOp, _>(Coll::Recv, check, call, move || buf)
     }
 }
 

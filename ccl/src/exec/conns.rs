@@ -1,12 +1,17 @@
 //! A communicator's connections, made on first use and kept for its life.
 
 use super::device::{DevMem, DevRecv, DevSend};
+use crate::plan::fingerprint::Fingerprint;
 use crate::plan::DevCall;
 use crate::error::{Error, Result};
 use crate::transport::call_board::{Words, ENTRIES};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::{ConnKey, Geometry, RecvConn, RecvVerbs, Registry, SendConn, SendVerbs};
 use rustc_hash::FxHashMap as HashMap;
+
+/// What a communicator's disputed calls are posted under: its id changed
+/// so ([`Conns::post_disagreement`]).
+const DISPUTES: u64 = 0x5eed_d15b_u64 << 32;
 use std::sync::Arc;
 
 /// The connections of one communicator on this rank.
@@ -122,6 +127,18 @@ impl Conns {
         self.reg.post_call(self.comm, fp);
     }
 
+    /// Posts `theirs`, what a peer made of one of this rank's posted
+    /// calls (of the same number) but otherwise, beside it, as this rank
+    /// fails that call: ranks of its host waiting on this one, whose call
+    /// is this rank's, then find the disagreement when they compare calls
+    /// ([`disagreement`](Self::disagreement)), naming the other view,
+    /// instead of waiting for a message that will not come.
+    pub fn post_disagreement(&mut self, theirs: &Words) {
+        if self.own_call(theirs[3]).is_some_and(|o| o != *theirs) {
+            self.reg.post_call(self.comm ^ DISPUTES, theirs);
+        }
+    }
+
     /// This rank's call number `seq`, if it is among the last ones.
     fn own_call(&self, seq: u64) -> Option<Words> {
         let (s, fp) = self.calls[seq as usize % ENTRIES];
@@ -158,8 +175,18 @@ impl Conns {
     /// A call among this rank's last ones that group rank `peer` made
     /// otherwise, as far as this rank can see: (ours, theirs), the
     /// earliest first.
+    /// Where the peer made it as this rank did but failed it, sent it
+    /// otherwise ([`post_disagreement`](Self::post_disagreement)), theirs
+    /// is what it was sent, marked [`disputed`](Fingerprint::disputed).
     pub fn disagreement(&self, peer: usize) -> Option<(Words, Words)> {
-        self.recent().into_iter().find_map(|o| self.peer_call(peer, o[3]).filter(|t| *t != o).map(|t| (o, t)))
+        self.recent().into_iter().find_map(|o| {
+            let theirs = self.peer_call(peer, o[3]).filter(|t| *t != o).or_else(|| {
+                let ep = *self.endpoints.get(peer)?;
+                let sent = self.reg.peer_call(ep, self.comm ^ DISPUTES, o[3])?;
+                (sent != o).then(|| Fingerprint::disputed(sent))
+            })?;
+            Some((o, theirs))
+        })
     }
 
     /// The two calls to name where group rank `peer` sent `theirs` to a

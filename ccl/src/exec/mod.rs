@@ -47,6 +47,9 @@ pub struct Exec<T: Reduce, O: ReduceOp<T>> {
     wiring: Arc<Wiring>,
     slot_elems: usize,
     fp: fingerprint::Words,
+    /// What a varying all-to-all sends each peer and receives from it
+    /// ([`Plan::pairs`]).
+    pairs: Option<Arc<crate::algo::Blocks>>,
     /// Whether data written into the output goes around the cache (see
     /// [`Plan::around_cache_from`]).
     around_cache: bool,
@@ -169,7 +172,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
     /// but for what the other ranks' schedules touch (which the verifier
     /// proves disjoint from what this one touches, and ordered by messages).
     pub unsafe fn new(plan: Plan<'_>, input: *const T, output: *mut T, conns: &mut Conns) -> Result<Self> {
-        let Plan { checked, slot_elems, channel_base, fp, device, around_cache_from, slots_around, spread, peers } =
+        let Plan { checked, slot_elems, channel_base, fp, pairs, device, around_cache_from, slots_around, spread, peers } =
             plan;
         let layout = checked.layout;
         if !checked.fits(peers) || peers.is_some() && device.is_some() {
@@ -247,6 +250,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
             wiring,
             slot_elems,
             fp,
+            pairs,
             around_cache,
             slots_around,
             spread,
@@ -297,6 +301,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
         self.input = Self::input_of(&self.layout, input, output);
         self.output = output;
         self.fp = plan.fp.words();
+        self.pairs.clone_from(&plan.pairs);
         self.around_cache = Self::output_around_cache(&self.layout, plan.around_cache_from);
         self.slots_around = plan.slots_around;
         self.spread = plan.spread;
@@ -451,15 +456,30 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
 
     /// `Ok` when a message (its bytes and fingerprint) is the one this
     /// call expects from `peer`: `expected` bytes of this call.
-    fn check_message(&self, peer: usize, (bytes, fp): (usize, [u64; 4]), expected: usize, conns: &Conns) -> Result<()> {
-        if fp != self.fp {
-            let (ours, theirs) = conns.explain(peer, &self.fp, &fp);
+    fn check_message(&self, peer: usize, (bytes, fp): (usize, [u64; 4]), expected: usize, conns: &mut Conns) -> Result<()> {
+        let want = self.fp_with(peer, false);
+        if fp != want {
+            let (ours, theirs) = conns.explain(peer, &want, &fp);
+            conns.post_disagreement(&theirs);
             return Err(Error::new(fingerprint::Fingerprint::mismatch(&ours, &theirs)).with_peer(peer));
         }
         if bytes != expected {
             return Err(Error::new(ErrorKind::MessageSize { expected, got: bytes }).with_peer(peer));
         }
         Ok(())
+    }
+
+    /// The fingerprint words of a message to (`to`) or from `peer`: the
+    /// call's, with a varying all-to-all's count for that pair.
+    #[inline]
+    fn fp_with(&self, peer: usize, to: bool) -> fingerprint::Words {
+        match &self.pairs {
+            None => self.fp,
+            Some(b) => {
+                let of = if to { &b.all } else { &b.recv };
+                fingerprint::Fingerprint::pair(self.fp, of.get(peer).map_or(0, |r| r.len()))
+            }
+        }
     }
 
     /// Moves channel `c` by one slot (or one local step).
@@ -541,6 +561,7 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 let (p, bytes) = (self.ptr(r) as *const u8, n * size);
                 let peer = st.send_peer().unwrap_or(0);
                 let hold = self.wiring.lending.send[c][i] == SendMode::Hold;
+                let fp = self.fp_with(peer, true);
                 // SAFETY: a validated region of this call's buffers that no
                 // step writes from now on, or (`hold`) that every step
                 // writing it takes back first (`Lending`, proved by the
@@ -548,12 +569,12 @@ impl<T: Reduce, O: ReduceOp<T>> Exec<T, O> {
                 // caller's, until the connection has sent it (`done`), and
                 // a failing call has it forgotten
                 // (`Conns::forget_call_memory`) before they go back.
-                unsafe { conns.send_at(si).lend(p, bytes, &self.fp, hold) }.map_err(|e| e.with_peer(peer))?;
+                unsafe { conns.send_at(si).lend(p, bytes, &fp, hold) }.map_err(|e| e.with_peer(peer))?;
                 if !self.lent.iter().any(|&(s, _)| s == si) {
                     self.lent.push((si, peer));
                 }
             }
-            (Some(si), None) => conns.send_at(si).post(n * size, &self.fp),
+            (Some(si), None) => conns.send_at(si).post(n * size, &self.fp_with(st.send_peer().unwrap_or(0), true)),
             (None, _) => {}
         }
         if let Some(ri) = ri {
@@ -607,7 +628,7 @@ mod tests {
         let count = 16 << 20;
         let hosts = Hosts::flat(2);
         let p =
-            Params { nranks: 2, rank: 0, count, root: 0, channels: 1, chunk: 1 << 18, in_place: false, around: false, hosts: &hosts };
+            Params { nranks: 2, rank: 0, count, root: 0, channels: 1, chunk: 1 << 18, in_place: false, around: false, hosts: &hosts, blocks: None };
         let s = generate(Coll::Broadcast, Algo::Ring, &p).expect("schedule");
         let checked = Checked::new(s, Coll::Broadcast.layout(2, 0, count, 0, false)).expect("checked");
         let fp = fingerprint::Fingerprint::new(Coll::Broadcast, 4, 1, 0, count, 0, 0);
@@ -616,6 +637,7 @@ mod tests {
             slot_elems: 1 << 18,
             channel_base: 0,
             fp,
+            pairs: None,
             device: None,
             around_cache_from: 0,
             slots_around: false,

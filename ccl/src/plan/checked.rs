@@ -88,6 +88,11 @@ pub struct Plan<'a> {
     pub channel_base: u32,
     /// The call's fingerprint, sent with and checked on every slot.
     pub fp: fingerprint::Fingerprint,
+    /// A varying all-to-all's blocks on a host: its messages to and from
+    /// each peer carry the count of that pair ([`Fingerprint::pair`]).
+    ///
+    /// [`Fingerprint::pair`]: fingerprint::Fingerprint::pair
+    pub pairs: Option<std::sync::Arc<crate::algo::Blocks>>,
     /// The GPU, when the buffers are device memory (input and output are
     /// then device addresses, never dereferenced on the host); boxed, so
     /// host calls move a small `Plan`.

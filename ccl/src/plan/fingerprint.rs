@@ -35,6 +35,10 @@ pub struct Fingerprint {
     /// Sequence number on the communicator (0 for point-to-point, whose
     /// numbering differs between the two ranks).
     pub seq: u64,
+    /// Whether counts vary by rank (`count` is then a hash of every
+    /// rank's block, or for all-to-all, per pair of ranks, what one sends
+    /// the other: [`pair`](Self::pair)).
+    pub varying: bool,
 }
 
 /// FNV-1a of a name, folded to 32 bits.
@@ -98,6 +102,13 @@ impl<T: Reduce, O: ReduceOp<T>> NameHashes<T, O> {
 
 const P2P: u8 = 0xff;
 
+/// The bit of a call kind's code that marks counts varying by rank.
+const VARYING: u8 = 0x40;
+
+/// The bit of a call kind's code that marks a call a rank was sent by a
+/// peer that made it otherwise ([`Fingerprint::disputed`]).
+const DISPUTED: u8 = 0x80;
+
 /// Bits of the count a fingerprint carries (more elements than that do not
 /// fit any machine's memory); the shared buffers' tag takes the rest.
 pub const COUNT_BITS: u32 = 40;
@@ -133,7 +144,34 @@ impl Fingerprint {
             shared: 0,
             root: if p2p || !coll.rooted() { 0 } else { root as u32 },
             seq: if p2p { 0 } else { seq },
+            varying: false,
         }
+    }
+
+    /// This call with counts that vary by rank as `blocks` says: ranks
+    /// must agree on every block. An all-to-all's blocks differ by rank
+    /// (what each sends and receives): its messages carry, per pair of
+    /// ranks, the count one sends the other instead ([`pair`](Self::pair)).
+    pub fn varying(self, blocks: &crate::algo::Blocks) -> Self {
+        let count = if self.coll == Coll::AllToAll { 0 } else { blocks.hash() & ((1 << COUNT_BITS) - 1) };
+        Fingerprint { count, varying: true, ..self }
+    }
+
+    /// `theirs`, a peer's call that differs from this rank's of the same
+    /// number, marked as such: what a rank failing that call posts in
+    /// place of its own, which every rank then finds different from its own.
+    pub fn disputed(mut theirs: Words) -> Words {
+        theirs[0] |= u64::from(DISPUTED);
+        theirs
+    }
+
+    /// The words of a message of this call (`words`) that carries `count`
+    /// elements of what one rank sends another in a varying all-to-all.
+    #[inline]
+    pub fn pair(mut words: Words, count: usize) -> Words {
+        let mask = (1 << COUNT_BITS) - 1;
+        words[1] = (words[1] & !mask) | (count as u64 & mask);
+        words
     }
 
     /// This call on shared buffers of allocations `numbers` (the input's,
@@ -154,7 +192,9 @@ impl Fingerprint {
     #[inline]
     pub fn words(&self) -> Words {
         [
-            u64::from(coll_code(self.coll)) | u64::from(self.elem_size) << 8 | u64::from(self.root) << 32,
+            u64::from(coll_code(self.coll) | if self.varying { VARYING } else { 0 })
+                | u64::from(self.elem_size) << 8
+                | u64::from(self.root) << 32,
             self.count | u64::from(self.shared) << COUNT_BITS,
             u64::from(self.type_hash) | u64::from(self.op_hash) << 32,
             self.seq,
@@ -183,10 +223,15 @@ impl Fingerprint {
     /// they are among ccl's own.
     pub fn describe(w: &Words) -> String {
         let code = (w[0] & 0xff) as u8;
+        let disputed = code != P2P && code & DISPUTED != 0;
+        let code = if disputed { code & !DISPUTED } else { code };
+        let varying = code != P2P && code & VARYING != 0;
+        let code = if varying { code & !VARYING } else { code };
         let coll = if code == P2P {
             "send/recv".to_string()
         } else {
-            Coll::ALL.get(code as usize).map_or("?".into(), |c| c.name().into())
+            let name = Coll::ALL.get(code as usize).map_or("?", |c| c.name());
+            format!("{name}{}", if varying { "v" } else { "" })
         };
         let size = (w[0] >> 8) & 0xff_ffff;
         let root = w[0] >> 32;
@@ -202,11 +247,18 @@ impl Fingerprint {
         let rooted = code != P2P && Coll::ALL.get(code as usize).is_some_and(|c| c.rooted());
         let root = if rooted { format!(", root {root}") } else { String::new() };
         let count = w[1] & ((1 << COUNT_BITS) - 1);
+        let count = match (varying, Coll::ALL.get(code as usize)) {
+            (true, Some(Coll::AllToAll)) if count == 0 => "counts by pair".to_string(),
+            (true, Some(Coll::AllToAll)) => format!("{count} to one peer"),
+            (true, _) => format!("counts #{count:010x}"),
+            _ => count.to_string(),
+        };
         let shared = match w[1] >> COUNT_BITS {
             0 => String::new(),
             tag => format!(" on shared buffers @{tag:06x}"),
         };
-        format!("{coll}({count} × {ty} of {size} B{op}{root}){shared} #{}", w[3])
+        let disputed = if disputed { ", as another rank sent it this call" } else { "" };
+        format!("{coll}({count} × {ty} of {size} B{op}{root}){shared} #{}{disputed}", w[3])
     }
 }
 
@@ -271,6 +323,22 @@ mod tests {
         }
         let s = a.on_shared((None, 7)).to_string();
         assert!(s.starts_with("all_reduce(1048576 × f32 of 4 B, sum) on shared buffers @") && s.ends_with(" #3"), "{s}");
+    }
+
+    #[test]
+    fn varying_counts_show_as_their_own_call() {
+        use crate::algo::Blocks;
+        let b = Blocks { all: Blocks::packed(&[1, 2]), recv: Box::new([]) };
+        let a = Fingerprint::new(Coll::AllGather, 4, name_hash("f32"), 0, 3, 0, 5);
+        let v = a.varying(&b);
+        assert_ne!(a.words(), v.words());
+        assert!(v.to_string().starts_with("all_gatherv(counts #"), "{v}");
+        let c = Blocks { all: Blocks::packed(&[2, 1]), recv: Box::new([]) };
+        assert_ne!(v.words(), a.varying(&c).words());
+        let t = Fingerprint::new(Coll::AllToAll, 4, name_hash("f32"), 0, 0, 0, 5).varying(&b);
+        assert_eq!(t.words(), Fingerprint::new(Coll::AllToAll, 4, name_hash("f32"), 0, 0, 0, 5).varying(&c).words());
+        let w = Fingerprint::pair(t.words(), 7);
+        assert_eq!(Fingerprint::describe(&w), "all_to_allv(7 to one peer × f32 of 4 B) #5");
     }
 
     #[test]

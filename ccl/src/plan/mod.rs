@@ -14,7 +14,7 @@ mod stores;
 
 pub(crate) use stores::SlotChooser;
 
-use crate::algo::{self, Coll, Params};
+use crate::algo::{self, Blocks, Coll, Params};
 use crate::config::Config;
 use crate::error::{Error, Result};
 pub use checked::{writes_around, Checked, DevCall, Peers, Plan};
@@ -49,6 +49,9 @@ pub(crate) struct Call<'a, T> {
     /// Where every rank's buffers are, when all of them are shared
     /// (`alloc_shared`) and mapped here.
     pub shared: Option<OnShared<'a>>,
+    /// Every rank's block, where counts vary by rank (`count` is then
+    /// unused).
+    pub blocks: Option<Arc<Blocks>>,
 }
 
 /// The buffers of a call on shared memory: the input's (none in place)
@@ -71,9 +74,24 @@ pub(crate) struct Allocation {
 }
 
 impl<T> Call<'_, T> {
+    /// The call's name in messages (its varying form's where it has blocks).
+    pub fn name(&self) -> &'static str {
+        if self.blocks.is_some() {
+            self.coll.name_varying()
+        } else {
+            self.coll.name()
+        }
+    }
+
+    /// The call's count, or its largest block where counts vary: what
+    /// its size class follows from.
+    pub fn class_count(&self) -> usize {
+        self.blocks.as_ref().map_or(self.count, |b| b.largest())
+    }
+
     /// Bytes of the call's count (a size class, not what it moves).
     pub fn bytes(&self) -> usize {
-        self.count.saturating_mul(std::mem::size_of::<T>())
+        self.class_count().saturating_mul(std::mem::size_of::<T>())
     }
 
     /// The fingerprint of this call, numbered `seq`: what its peers must agree on.
@@ -84,7 +102,11 @@ impl<T> Call<'_, T> {
         let op_hash = if self.coll.reduces() { Names::<T, O>::op() } else { 0 };
         // a device call must not meet a host call: their types differ in the fingerprint
         let type_hash = if self.device.is_some() { Names::<T, O>::TYPE_ON_GPU } else { Names::<T, O>::TYPE };
-        Fingerprint::new(self.coll, std::mem::size_of::<T>(), type_hash, op_hash, self.count, self.root, seq)
+        let fp = Fingerprint::new(self.coll, std::mem::size_of::<T>(), type_hash, op_hash, self.count, self.root, seq);
+        match &self.blocks {
+            Some(b) => fp.varying(b),
+            None => fp,
+        }
     }
 
     /// Where the call can run on shared buffers: `Some(in place)`.
@@ -112,12 +134,14 @@ pub(crate) struct Prepared<'p> {
 }
 
 /// What determines a schedule on a given group: collective, algorithm,
-/// count, root, channels, piece size, in place, output around the cache.
-type PlanKey = (Coll, algo::Algo, usize, usize, usize, usize, bool, bool);
+/// count, root, channels, piece size, in place, output around the cache,
+/// variable blocks.
+type PlanKey = (Coll, algo::Algo, usize, usize, usize, usize, bool, bool, Option<Arc<Blocks>>);
 
 /// What a call's choice and plan follow from on its group: collective,
-/// count, root, in place, element size, on shared buffers.
-type CallKey = (Coll, usize, usize, bool, usize, bool, bool);
+/// count, root, in place, element size, on shared buffers, on a device,
+/// variable blocks.
+type CallKey = (Coll, usize, usize, bool, usize, bool, bool, Option<Arc<Blocks>>);
 
 /// A group's plans: those made so far, the last call's choice and plan,
 /// and how its large calls write their slots.
@@ -148,11 +172,18 @@ impl Planner {
         let shared = call.on_shared();
         let size = std::mem::size_of::<T>();
         let device = call.device.is_some();
-        let quick: CallKey = (call.coll, call.count, call.root, call.in_place, size, shared.is_some(), device);
         let generation = on.tuner.generation();
-        let repeated = matches!(&self.last, Some((k, g, _, _)) if *k == quick && *g == generation);
+        let repeated = matches!(&self.last, Some((k, g, _, _)) if *g == generation
+            && (k.0, k.1, k.2, k.3, k.4, k.5, k.6) == (call.coll, call.count, call.root, call.in_place, size, shared.is_some(), device)
+            && k.7 == call.blocks);
         if !repeated {
-            let mut choice = on.tuner.choose(call.coll, call.count, size, on.hosts, on.config, shared);
+            let blocks = call.blocks.clone();
+            let mut choice = on.tuner.choose(call.coll, call.class_count(), size, on.hosts, on.config, shared);
+            let v_algos = call.coll.algos_v();
+            if blocks.is_some() && !v_algos.contains(&choice.algo) {
+                // (what has no variable form runs the first that has)
+                choice.algo = v_algos.first().copied().ok_or_else(|| Error::internal("no variable form"))?;
+            }
             if device {
                 // device calls are cut by the device slots (CCL_GPU_SLOT within a host)
                 let memory = call.device.as_ref().map_or(0, |s| s.dev().memory());
@@ -160,25 +191,26 @@ impl Planner {
                 let chunk = if on.config.chunksize == 0 { most } else { choice.chunk.min(most) };
                 choice = tune::Choice { slot_elems, chunk, ..choice };
             }
+            let mut params = Params {
+                nranks: on.size,
+                rank: on.rank,
+                count: call.count,
+                root: call.root,
+                channels: choice.channels,
+                chunk: choice.chunk,
+                in_place: call.in_place,
+                around: false,
+                hosts: on.hosts,
+                blocks: blocks.as_deref(),
+            };
             // the key determines the layout too (size and rank are the group's)
-            let layout = call.coll.layout(on.size, on.rank, call.count, call.root, call.in_place);
-            let around = writes_around(&layout, size, on.config.nt_stores_min());
+            let layout = params.layout(call.coll).ok_or_else(|| Error::internal("no layout"))?;
+            params.around = writes_around(&layout, size, on.config.nt_stores_min());
             let (c, count, root, in_place) = (call.coll, call.count, call.root, call.in_place);
-            let key = (c, choice.algo, count, root, choice.channels, choice.chunk, in_place, around);
+            let key = (c, choice.algo, count, root, choice.channels, choice.chunk, in_place, params.around, blocks.clone());
             let checked = match self.map.get(&key) {
                 Some(c) => Arc::clone(c),
                 None => {
-                    let params = Params {
-                        nranks: on.size,
-                        rank: on.rank,
-                        count: call.count,
-                        root: call.root,
-                        channels: choice.channels,
-                        chunk: choice.chunk,
-                        in_place: call.in_place,
-                        around,
-                        hosts: on.hosts,
-                    };
                     let s = algo::generate(call.coll, choice.algo, &params).map_err(Error::internal)?;
                     let c = Arc::new(Checked::new(s, layout)?);
                     if self.map.len() >= MAX_PLANS {
@@ -188,6 +220,7 @@ impl Planner {
                     c
                 }
             };
+            let quick = (call.coll, call.count, call.root, call.in_place, size, shared.is_some(), device, blocks);
             self.last = Some((quick, generation, choice, checked));
         }
         match &self.last {
@@ -246,11 +279,13 @@ impl Planner {
             }
             None => None,
         };
+        let pairs = call.blocks.clone().filter(|_| call.coll == algo::Coll::AllToAll && device.is_none());
         let plan = Plan {
             checked,
             slot_elems: choice.slot_elems,
             channel_base: base,
             fp,
+            pairs,
             device,
             around_cache_from: on.config.nt_stores_min(),
             slots_around,

@@ -125,6 +125,7 @@ mod tests {
                                     in_place: false,
                                     around: false,
                                     hosts: &h,
+                                    blocks: None,
                                 };
                                 generate_keeping_empty(coll, algo, &p).expect("generates").channels
                             };

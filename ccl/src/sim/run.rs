@@ -402,7 +402,7 @@ impl Timed {
 fn schedule(call: &Call, algo: Algo, hosts: &Hosts, reps: usize, rank: usize) -> Result<(Vec<Vec<Step>>, Layout), String> {
     let &Call { coll, count, root, channels, chunk, in_place, .. } = call;
     let n = hosts.nranks();
-    let p = Params { nranks: n, rank, count, root, channels, chunk, in_place, around: false, hosts };
+    let p = Params { nranks: n, rank, count, root, channels, chunk, in_place, around: false, hosts, blocks: None };
     // folded, every rank keeps its empty steps, so that they match its
     // images'; but not a channel with nothing to move, empty on every rank
     // alike (channels split the count the same way on all)

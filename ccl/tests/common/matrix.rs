@@ -79,7 +79,8 @@ fn reductions<T: Elem, O: ReduceOp<T>>(g: &Group, seed: u64, call: &mut u64, cou
     compare(&what("reduce_scatter_in_place"), &buf[r * count..(r + 1) * count], mine, n)?;
     let got = comm.ireduce_scatter(ins[r].clone(), O::default()).wait().map_err(err)?;
     compare(&what("ireduce_scatter"), &got, mine, n)?;
-    scans::<T, O>(g, seed, next(), count, small)
+    scans::<T, O>(g, seed, next(), count, small)?;
+    super::varying::calls::<T, O>(g, seed, next(), count, small)
 }
 
 /// Scan and exscan, in place, into another buffer and non-blocking: rank

@@ -3,6 +3,7 @@
 
 pub mod gpu_matrix;
 pub mod matrix;
+pub mod varying;
 
 use ccl::{Reduce, ReduceOp};
 use half::{bf16, f16};

@@ -20,7 +20,8 @@
 mod races;
 
 use super::schedule::{Buf, Layout, Region, Schedule, Step};
-use super::{generate, lend, Algo, Coll, Params};
+use super::{generate, lend, Algo, Blocks, Coll, Params};
+use std::ops::Range;
 use crate::topo::Hosts;
 use std::collections::{HashMap, VecDeque};
 
@@ -61,6 +62,9 @@ pub struct Case {
     pub slot_elems: usize,
     /// Slots per connection.
     pub nslots: usize,
+    /// Per rank, its blocks, where counts vary by rank (equal on every
+    /// rank but for all-to-all): `count` is then unused.
+    pub blocks: Option<Vec<Blocks>>,
 }
 
 /// What a successful verification saw.
@@ -134,28 +138,56 @@ impl Case {
         }
     }
 
+    /// Block `b` as rank `r` sees it ([`Params::block`]).
+    fn block(&self, r: usize, b: usize) -> Range<usize> {
+        match &self.blocks {
+            Some(v) => v[r].all[b].clone(),
+            None => b * self.count..(b + 1) * self.count,
+        }
+    }
+
+    /// The rank whose block (as rank `r` sees them) holds position `q`
+    /// of the buffer of all blocks, and where that block starts.
+    fn owner(&self, r: usize, q: usize, recv: bool) -> Option<(usize, usize)> {
+        match &self.blocks {
+            Some(v) => {
+                let of = if recv { &v[r].recv } else { &v[r].all };
+                of.iter().position(|b| b.contains(&q)).map(|b| (b, of[b].start))
+            }
+            None => {
+                let c = self.count.max(1);
+                Some((q / c, q / c * c))
+            }
+        }
+    }
+
     fn initial(&self, r: usize, pos: usize) -> Sym {
         let bit = 1u64 << r;
         let idx = pos as u32;
         match self.coll {
-            Coll::AllGather | Coll::Gather => Sym { idx: (r * self.count + pos) as u32, mask: bit },
+            Coll::AllGather | Coll::Gather => Sym { idx: (self.block(r, r).start + pos) as u32, mask: bit },
             Coll::Broadcast if r != self.root => UNDEF,
             _ => Sym { idx, mask: bit },
         }
     }
 
     fn expected(&self, r: usize, q: usize) -> Option<Sym> {
-        let (n, c, all) = (self.nranks, self.count.max(1), self.full_mask());
+        let (n, all) = (self.nranks, self.full_mask());
+        // from rank `b`'s block, of all blocks: the same position
+        let gathered = || self.owner(r, q, false).map(|(b, _)| Sym { idx: q as u32, mask: 1 << b });
         Some(match self.coll {
             Coll::AllReduce => Sym { idx: q as u32, mask: all },
             Coll::Reduce if r == self.root => Sym { idx: q as u32, mask: all },
             Coll::Broadcast => Sym { idx: q as u32, mask: 1 << self.root },
-            Coll::AllGather => Sym { idx: q as u32, mask: 1 << (q / c) },
-            Coll::ReduceScatter => Sym { idx: (r * self.count + q) as u32, mask: all },
-            Coll::AllToAll => Sym { idx: (r * self.count + q % c) as u32, mask: 1 << (q / c) },
+            Coll::AllGather => gathered()?,
+            Coll::ReduceScatter => Sym { idx: (self.block(r, r).start + q) as u32, mask: all },
+            Coll::AllToAll => {
+                let (s, at) = self.owner(r, q, true)?;
+                Sym { idx: (self.block(s, r).start + q - at) as u32, mask: 1 << s }
+            }
             Coll::Recv | Coll::Send if r == self.root && r != 0 => Sym { idx: q as u32, mask: 1 },
-            Coll::Gather if r == self.root => Sym { idx: q as u32, mask: 1 << (q / c) },
-            Coll::Scatter => Sym { idx: (r * self.count + q) as u32, mask: 1 << self.root },
+            Coll::Gather if r == self.root => gathered()?,
+            Coll::Scatter => Sym { idx: (self.block(r, r).start + q) as u32, mask: 1 << self.root },
             Coll::Scan => Sym { idx: q as u32, mask: below(r + 1) },
             Coll::Exscan if r > 0 => Sym { idx: q as u32, mask: below(r) },
             _ => return None,
@@ -219,9 +251,10 @@ fn verify_lending(
             in_place: case.in_place,
             around: case.around,
             hosts: &case.hosts,
+            blocks: case.blocks.as_ref().map(|v| &v[r]),
         };
         let sched = gen(coll, &p)?;
-        let layout = coll.layout(n, r, case.count, root, case.in_place);
+        let layout = p.layout(coll).ok_or_else(|| format!("{coll} has no form of variable blocks"))?;
         let mut mem = [
             vec![UNDEF; layout.capacity(Buf::Input, 0)],
             vec![UNDEF; layout.capacity(Buf::Output, 0)],
@@ -618,6 +651,7 @@ mod tests {
             hosts: Hosts::flat(2),
             slot_elems: 1,
             nslots: 2,
+            blocks: None,
         }
     }
 
