@@ -170,6 +170,70 @@ fn movements<T: Elem>(g: &Group, d: &Dev, seed: u64, call: &mut u64, count: usiz
     Ok(())
 }
 
+/// `blocks` (by rank) placed as `counts` says over `under` (what lies
+/// between them).
+fn placed<T: Elem>(counts: &ccl::Counts, blocks: &[&[T]], mut under: Vec<T>) -> Vec<T> {
+    for (r, b) in blocks.iter().enumerate() {
+        under[counts.block(r)].copy_from_slice(b);
+    }
+    under
+}
+
+/// The calls whose counts vary by rank, on device buffers, outputs
+/// poisoned (between blocks too, which must stay as they were).
+fn varying<T: Elem, O: ReduceOp<T>>(g: &Group, d: &Dev, seed: u64, call: &mut u64, count: usize) -> Check {
+    use rand::SeedableRng;
+    let comm = g.typed::<T>();
+    let (n, r) = (g.size(), g.rank());
+    *call += 1;
+    let c = *call;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ c);
+    let counts = super::varying::draw_counts(&mut rng, n, count);
+    let what = |s: &str| format!("device {s}<{}, {}> counts {counts:?}", T::NAME, O::NAME);
+    let ins: Vec<Vec<T>> = (0..n).map(|k| input(seed, c, k, counts.count(k), true)).collect();
+    let refs: Vec<&[T]> = ins.iter().map(Vec::as_slice).collect();
+    let send = d.up(&ins[r])?;
+    let under = poison::<T>(seed, c, r, counts.extent());
+    let mut out = d.up(&under)?;
+    comm.all_gatherv(&send, &mut out, &counts).map_err(err)?;
+    compare(&what("all_gatherv"), &d.down(&out)?, &placed(&counts, &refs, under.clone()), n)?;
+    let root = (c as usize) % n;
+    let mut out = d.up(&if r == root { under.clone() } else { Vec::new() })?;
+    comm.gatherv(&send, &mut out, &counts, root).map_err(err)?;
+    if r == root {
+        compare(&what("gatherv"), &d.down(&out)?, &placed(&counts, &refs, under), n)?;
+    }
+
+    let whole: Vec<T> = input(seed, c + 1, root, counts.extent(), true);
+    let send = d.up(&if r == root { whole.clone() } else { Vec::new() })?;
+    let mut out = d.up(&poison::<T>(seed, c + 1, r, counts.count(r)))?;
+    comm.scatterv(&send, &mut out, &counts, root).map_err(err)?;
+    compare(&what("scatterv"), &d.down(&out)?, &whole[counts.block(r)], n)?;
+
+    let sums: Vec<Vec<T>> = (0..n).map(|k| input(seed, c + 2, k, counts.extent(), true)).collect();
+    let want = reference::<T, O>(&sums);
+    let send = d.up(&sums[r])?;
+    let mut out = d.up(&poison::<T>(seed, c + 2, r, counts.count(r)))?;
+    comm.reduce_scatterv(&send, &mut out, &counts, O::default()).map_err(err)?;
+    compare(&what("reduce_scatterv"), &d.down(&out)?, &want[counts.block(r)], n)?;
+
+    // all-to-allv: rank s sends rank d (s + d) % 3 × count / 2 elements
+    let m = |s: usize, k: usize| (s + k) % 3 * count / 2;
+    let sends = ccl::Counts::new(&(0..n).map(|k| m(r, k)).collect::<Vec<_>>()).map_err(err)?;
+    let recvs = ccl::Counts::new(&(0..n).map(|s| m(s, r)).collect::<Vec<_>>()).map_err(err)?;
+    let sent: Vec<Vec<T>> = (0..n).map(|k| input(seed, c + 3, k, (0..n).map(|j| m(k, j)).sum(), false)).collect();
+    let from = |s: usize| {
+        let at: usize = (0..r).map(|j| m(s, j)).sum();
+        &sent[s][at..at + m(s, r)]
+    };
+    let blocks: Vec<&[T]> = (0..n).map(from).collect();
+    let send = d.up(&sent[r])?;
+    let under = poison::<T>(seed, c + 3, r, recvs.extent());
+    let mut out = d.up(&under)?;
+    comm.all_to_allv(&send, &sends, &mut out, &recvs).map_err(err)?;
+    compare(&what("all_to_allv"), &d.down(&out)?, &placed(&recvs, &blocks, under), n)
+}
+
 /// Runs the device matrix on this rank, on `gpu` (one stream of its own).
 pub fn everything_on(g: &Group, gpu: &Gpu, seed: u64) -> Check {
     let stream = gpu.stream().map_err(err)?;
@@ -191,6 +255,8 @@ pub fn everything_on(g: &Group, gpu: &Gpu, seed: u64) -> Check {
         movements::<f32>(g, &d, seed, &mut call, count)?;
         movements::<u16>(g, &d, seed, &mut call, count)?;
         movements::<Moments>(g, &d, seed, &mut call, count)?;
+        varying::<f32, Sum>(g, &d, seed, &mut call, count)?;
+        varying::<Moments, Min>(g, &d, seed, &mut call, count)?;
     }
     g.barrier().map_err(err)
 }
