@@ -32,7 +32,8 @@ fn ccl_perf_prints_the_nccl_tests_table_with_real_checks() {
     let json = std::env::temp_dir().join(format!("ccl-perf-{}.json", std::process::id()));
     let colls = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"];
     let more = ["gather", "scatter", "scan", "exscan", "sendrecv", "halo"];
-    for coll in colls.into_iter().chain(more) {
+    let varying = ["all_gatherv", "reduce_scatterv", "all_to_allv", "gatherv", "scatterv"];
+    for coll in colls.into_iter().chain(more).chain(varying) {
         let out = run(
             3,
             "ccl-perf",

@@ -18,7 +18,7 @@ pub fn wrong(coll: Coll, (n, r, root): (usize, usize, usize), count: usize, out:
     let fold = |q: usize| sum(n, q);
     let c = count.max(1);
     let want = |q: usize| -> Option<f32> {
-        Some(match coll {
+        Some(match coll.base() {
             Coll::AllReduce => fold(q),
             Coll::Reduce if r == root => fold(q),
             Coll::Reduce => return None,
@@ -34,6 +34,8 @@ pub fn wrong(coll: Coll, (n, r, root): (usize, usize, usize), count: usize, out:
             Coll::Exscan => sum(r, q),
             Coll::SendRecv => value(super::neighbour(r, -1, n), q),
             Coll::Halo => value(super::neighbour(r, -super::halo_dirs(n)[q / c], n), q),
+            // (never a base: the varying forms are their base's)
+            _ => return None,
         })
     };
     out.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64

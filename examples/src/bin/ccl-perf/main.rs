@@ -7,6 +7,7 @@
 //! and reduce), and #wrong: elements that differ from the exactly
 //! predictable result of a checked call. Times are the slowest rank's.
 
+mod coll;
 #[cfg(any(feature = "mpi", feature = "nccl"))]
 mod exact;
 #[cfg(feature = "gloo")]
@@ -21,6 +22,7 @@ mod table;
 use ccl::gpu::{Gpu, Stream};
 use ccl::{Avg, Buffer, BufferMut, Communicator, Group, Max, Min, Prod, Reduce, ReduceOp, Sum};
 use clap::Parser;
+use coll::{halo_dirs, neighbour, Coll};
 use half::{bf16, f16};
 use std::time::Instant;
 use table::Mode;
@@ -30,7 +32,8 @@ use table::Mode;
 struct Args {
     /// Collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, gather,
     /// scatter, scan, exscan; sendrecv (to rank + 1, from rank - 1) and halo (to and from the
-    /// ranks 1 and 2 on either side, one group)
+    /// ranks 1 and 2 on either side, one group); all_gatherv, reduce_scatterv, all_to_allv,
+    /// gatherv, scatterv (on equal counts)
     #[arg(short = 'C', long = "coll", default_value = "all_reduce")]
     coll: String,
     /// Smallest size in bytes (K, M, G suffixes)
@@ -127,105 +130,6 @@ elem! {
     u64 => "uint64", |v| v as u64;
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Coll {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-    Broadcast,
-    Reduce,
-    AllToAll,
-    Gather,
-    Scatter,
-    Scan,
-    Exscan,
-    SendRecv,
-    Halo,
-}
-
-/// The halo's directions: each rank sends block k to rank `r + d_k` and
-/// receives block k from `r - d_k` (mod n), leaving out those that come
-/// back to itself: 4 neighbours from 5 ranks on, 2 on 2.
-fn halo_dirs(n: usize) -> Vec<isize> {
-    [1, -1, 2, -2].into_iter().filter(|d: &isize| d.rem_euclid(n.max(1) as isize) != 0).collect()
-}
-
-/// Rank `r`'s neighbour `d` ranks on (mod n).
-fn neighbour(r: usize, d: isize, n: usize) -> usize {
-    (r as isize + d).rem_euclid(n.max(1) as isize) as usize
-}
-
-impl Coll {
-    fn parse(s: &str) -> Option<Self> {
-        Some(match s.replace('-', "_").as_str() {
-            "all_reduce" | "allreduce" => Coll::AllReduce,
-            "all_gather" | "allgather" => Coll::AllGather,
-            "reduce_scatter" | "reducescatter" => Coll::ReduceScatter,
-            "broadcast" | "bcast" => Coll::Broadcast,
-            "reduce" => Coll::Reduce,
-            "all_to_all" | "alltoall" => Coll::AllToAll,
-            "gather" => Coll::Gather,
-            "scatter" => Coll::Scatter,
-            "scan" => Coll::Scan,
-            "exscan" => Coll::Exscan,
-            "sendrecv" => Coll::SendRecv,
-            "halo" => Coll::Halo,
-            _ => return None,
-        })
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Coll::AllReduce => "all_reduce",
-            Coll::AllGather => "all_gather",
-            Coll::ReduceScatter => "reduce_scatter",
-            Coll::Broadcast => "broadcast",
-            Coll::Reduce => "reduce",
-            Coll::AllToAll => "all_to_all",
-            Coll::Gather => "gather",
-            Coll::Scatter => "scatter",
-            Coll::Scan => "scan",
-            Coll::Exscan => "exscan",
-            Coll::SendRecv => "sendrecv",
-            Coll::Halo => "halo",
-        }
-    }
-    fn busbw_factor(self, n: usize) -> f64 {
-        ccl_examples::busbw_factor(self.name(), n)
-    }
-    fn reduces(self) -> bool {
-        matches!(self, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce | Coll::Scan | Coll::Exscan)
-    }
-    fn rooted(self) -> bool {
-        matches!(self, Coll::Broadcast | Coll::Reduce | Coll::Gather | Coll::Scatter)
-    }
-    /// Blocks of `count` elements in a size (nccl-tests' size: the
-    /// largest buffer of the call).
-    fn blocks(self, n: usize) -> usize {
-        match self {
-            Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::Scan | Coll::Exscan | Coll::SendRecv => 1,
-            Coll::Halo => halo_dirs(n).len().max(1),
-            _ => n,
-        }
-    }
-    /// Rank `r`'s input and output lengths out of place, for `count`
-    /// elements per block (a gather's and a scatter's root holds all
-    /// blocks, the other ranks one).
-    fn lens(self, (n, r, root): (usize, usize, usize), count: usize) -> (usize, usize) {
-        let all = if r == root { n * count } else { 0 };
-        match self {
-            Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::Scan | Coll::Exscan | Coll::SendRecv => {
-                (count, count)
-            }
-            Coll::Halo => (halo_dirs(n).len() * count, halo_dirs(n).len() * count),
-            Coll::AllGather => (count, n * count),
-            Coll::ReduceScatter => (n * count, count),
-            Coll::AllToAll => (n * count, n * count),
-            Coll::Gather => (count, all),
-            Coll::Scatter => (all, count),
-        }
-    }
-}
-
 /// Rank `r`'s value at input position `i`: small integers (1 or 2 for
 /// products), so every reduction is exact in every type and order.
 fn value<T: Elem>(r: usize, i: usize, prod: bool) -> T {
@@ -284,6 +188,38 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
                 c.sendrecv(input, neighbour(r, 1, n), output, neighbour(r, -1, n))
             }
             (Coll::Halo, _) => Err(ccl::Error::new(ccl::ErrorKind::InvalidArgument("halo: host buffers only".into()))),
+            (v, _) => self.call_varying(v, input, output, in_place),
+        }
+    }
+
+    /// A varying call on equal counts (OSU's benchmarks time them so): the
+    /// counts made on every call, as a program whose counts change would.
+    fn call_varying<I, Out>(&self, coll: Coll, input: &I, output: &mut Out, in_place: bool) -> ccl::Result<()>
+    where
+        I: Buffer<T> + ?Sized,
+        Out: BufferMut<T> + ?Sized,
+    {
+        let (c, root, op, n) = (&self.comm, self.a.root, self.op, self.g.size());
+        let count = self.count_of(input.elems(), output.elems());
+        let counts = ccl::Counts::new(&vec![count; n])?;
+        match (coll, in_place) {
+            (Coll::AllGatherV, false) => c.all_gatherv(input, output, &counts),
+            (Coll::AllGatherV, true) => c.all_gatherv_in_place(output, &counts),
+            (Coll::ReduceScatterV, _) => c.reduce_scatterv(input, output, &counts, op),
+            (Coll::AllToAllV, _) => c.all_to_allv(input, &counts, output, &counts),
+            (Coll::GatherV, _) => c.gatherv(input, output, &counts, root),
+            (Coll::ScatterV, _) => c.scatterv(input, output, &counts, root),
+            _ => Err(ccl::Error::new(ccl::ErrorKind::InvalidArgument(format!("{} has no varying form", coll.name())))),
+        }
+    }
+
+    /// Elements per rank's block of a call on buffers of `li` and `lo`
+    /// elements (see [`Coll::lens`]).
+    fn count_of(&self, li: usize, lo: usize) -> usize {
+        match self.coll.base() {
+            Coll::AllToAll => li / self.g.size().max(1),
+            Coll::ReduceScatter | Coll::Scatter => lo,
+            _ => li,
         }
     }
 
@@ -311,7 +247,8 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         }
         output.iter_mut().for_each(|x| *x = T::zeroed());
         if in_place {
-            let gathers = self.coll == Coll::AllGather || self.coll == Coll::Gather && r == self.a.root;
+            let base = self.coll.base();
+            let gathers = base == Coll::AllGather || base == Coll::Gather && r == self.a.root;
             let off = if gathers { r * count } else { 0 };
             let n = input.len().min(output.len() - off);
             output[off..off + n].copy_from_slice(&input[..n]);
@@ -333,7 +270,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         };
         let c = count.max(1);
         let want = |q: usize| -> Option<T> {
-            Some(match self.coll {
+            Some(match self.coll.base() {
                 Coll::AllReduce => fold(n, q),
                 Coll::Reduce if r == root => fold(n, q),
                 Coll::Reduce => return None,
@@ -359,12 +296,15 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
                     let k = q / c;
                     value(neighbour(r, -halo_dirs(n)[k], n), q, prod)
                 }
+                // (never a base: the varying forms are their base's)
+                _ => return None,
             })
         };
         out.iter().enumerate().filter(|(q, x)| want(*q).is_some_and(|w| w != **x)).count() as u64
     }
 
     fn mode(&self, count: usize, bytes: usize, in_place: bool) -> ccl::Result<Mode> {
+        let in_place = in_place && self.coll.has_in_place();
         let (li, lo) = self.lens(count);
         let lo = if in_place { li.max(lo) } else { lo };
         let Some((gpu, stream)) = &self.gpu else {

@@ -7,13 +7,14 @@ use super::exact::{self, value};
 use super::table::{self, Mode};
 use super::{halo_dirs, neighbour, Args, Coll};
 use mpi::collective::SystemOperation;
+use mpi::datatype::{Partition, PartitionMut};
 use mpi::traits::*;
 use std::time::Instant;
 
 /// Runs the sweep; the process exit code.
 pub fn run(a: &Args, coll: Coll) -> i32 {
-    if a.dtype != "float" || a.op != "sum" {
-        eprintln!("ccl-perf: --backend mpi measures float sum only");
+    if a.dtype != "float" || a.op != "sum" || coll == Coll::ReduceScatterV {
+        eprintln!("ccl-perf: --backend mpi measures float sum only, and no reduce_scatterv (rsmpi lacks it)");
         return 2;
     }
     let Some(universe) = mpi::initialize() else {
@@ -74,6 +75,7 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
                 mpi::point_to_point::send_receive_into(input, &to, output, &from);
             }
             Coll::Halo => halo(&world, input, output),
+            v => varying(&world, v, (root, count), input, output),
         };
         let mut modes = Vec::new();
         for _ in 0..2 {
@@ -136,4 +138,29 @@ fn halo<C: Communicator>(world: &C, input: &[f32], output: &mut [f32]) {
             p.wait();
         }
     });
+}
+
+/// The varying calls on equal counts of `count` (MPI_Allgatherv,
+/// MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv), counts and displacements
+/// made on every call as ccl-perf makes them for ccl.
+fn varying<C: Communicator>(world: &C, coll: Coll, (root, count): (usize, usize), input: &[f32], output: &mut [f32]) {
+    let (n, r) = (world.size() as usize, world.rank() as usize);
+    let counts = vec![count as mpi::Count; n];
+    let displs: Vec<mpi::Count> = (0..n).map(|k| (k * count) as mpi::Count).collect();
+    let at = world.process_at_rank(root as i32);
+    match coll {
+        Coll::AllGatherV => world.all_gather_varcount_into(input, &mut PartitionMut::new(output, counts, displs)),
+        Coll::AllToAllV => {
+            let send = Partition::new(input, counts.clone(), displs.clone());
+            world.all_to_all_varcount_into(&send, &mut PartitionMut::new(output, counts, displs));
+        }
+        Coll::GatherV if r == root => {
+            at.gather_varcount_into_root(input, &mut PartitionMut::new(output, counts, displs))
+        }
+        Coll::GatherV => at.gather_varcount_into(input),
+        Coll::ScatterV if r == root => at.scatter_varcount_into_root(&Partition::new(input, counts, displs), output),
+        Coll::ScatterV => at.scatter_varcount_into(output),
+        // (refused in `run`; the others are not varying)
+        _ => {}
+    }
 }

@@ -33,9 +33,10 @@ fn nccl_present() -> bool {
 /// Runs the sweep on `g`'s ranks; the process exit code.
 pub fn run(g: &Group, a: &Args, coll: Coll) -> i32 {
     let missing = [Coll::AllToAll, Coll::Gather, Coll::Scatter, Coll::Scan, Coll::Exscan, Coll::SendRecv, Coll::Halo];
-    if a.dtype != "float" || a.op != "sum" || missing.contains(&coll) {
+    if a.dtype != "float" || a.op != "sum" || missing.contains(&coll) || coll.varying() {
         eprintln!(
-            "ccl-perf: --backend nccl measures float sum, and no all_to_all, gather, scatter, scans, sendrecv or halo"
+            "ccl-perf: --backend nccl measures float sum, and no all_to_all, gather, scatter, scans, sendrecv, halo \
+             or varying counts"
         );
         return 2;
     }
