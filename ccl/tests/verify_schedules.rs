@@ -222,7 +222,7 @@ fn random_call(rng: &mut impl Rng, coll: Coll, n: usize, most: usize) -> Vec<Blo
     if coll != Coll::AllToAll {
         let spread = rng.gen();
         let all = random_blocks(rng, n, most, spread);
-        return vec![Blocks { all, recv: Box::new([]) }; n];
+        return vec![Blocks::new(all, Box::new([])); n];
     }
     // counts[s][d]: what s sends d, placed at random on both sides
     let counts: Vec<Vec<usize>> = (0..n).map(|_| (0..n).map(|_| rng.gen_range(0..=most)).collect()).collect();
@@ -241,7 +241,7 @@ fn random_call(rng: &mut impl Rng, coll: Coll, n: usize, most: usize) -> Vec<Blo
         .map(|r| {
             let all = place(rng, counts[r].clone());
             let recv = place(rng, (0..n).map(|s| counts[s][r]).collect());
-            Blocks { all, recv }
+            Blocks::new(all, recv)
         })
         .collect()
 }

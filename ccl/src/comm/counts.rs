@@ -5,7 +5,7 @@
 use crate::algo::blocks::{extent, Blocks};
 use crate::error::{Error, Result};
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Per-rank element counts, and where each rank's block lies in the
 /// buffer that holds them all: rank order, one after the other
@@ -22,17 +22,32 @@ use std::sync::Arc;
 /// assert!(ccl::Counts::with_displs(&[2, 2], &[0, 1]).is_err()); // overlap
 /// # Ok::<(), ccl::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Counts {
-    blocks: Arc<[Range<usize>]>,
+    /// As calls take them (hashed once).
+    blocks: Arc<Blocks>,
+    /// The blocks of the last all-to-allv sending on these counts, and
+    /// the receiving counts it took ([`paired`](Self::paired)).
+    last_pair: Arc<Mutex<Option<Pair>>>,
 }
+
+/// Receiving blocks, and an all-to-allv's blocks with them.
+type Pair = (Arc<Blocks>, Arc<Blocks>);
+
+impl PartialEq for Counts {
+    fn eq(&self, other: &Self) -> bool {
+        self.blocks.all == other.blocks.all
+    }
+}
+
+impl Eq for Counts {}
 
 impl Counts {
     /// `counts[r]` elements for rank `r`, blocks in rank order without
     /// gaps. `Err` where their sum overflows.
     pub fn new(counts: &[usize]) -> Result<Self> {
         counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).ok_or_else(|| overflow(counts))?;
-        Ok(Counts { blocks: Blocks::packed(counts).into() })
+        Ok(Counts::of(Blocks::packed(counts)))
     }
 
     /// `counts[r]` elements for rank `r` from element `displs[r]` of the
@@ -56,36 +71,55 @@ impl Counts {
                 blocks[a], blocks[b]
             )));
         }
-        Ok(Counts { blocks: blocks.into() })
+        Ok(Counts::of(blocks))
+    }
+
+    fn of(blocks: Box<[Range<usize>]>) -> Self {
+        Counts { blocks: Arc::new(Blocks::new(blocks, Box::new([]))), last_pair: Arc::default() }
+    }
+
+    /// The blocks of an all-to-allv sending on these counts and receiving
+    /// on `recvs`: made once while a loop repeats the call on the same
+    /// counts.
+    pub(crate) fn paired(&self, recvs: &Counts) -> Arc<Blocks> {
+        let mut last = self.last_pair.lock().unwrap_or_else(|p| p.into_inner());
+        match &*last {
+            Some((r, b)) if Arc::ptr_eq(r, &recvs.blocks) => Arc::clone(b),
+            _ => {
+                let b = Arc::new(Blocks::new(self.blocks.all.clone(), recvs.blocks.all.clone()));
+                *last = Some((Arc::clone(&recvs.blocks), Arc::clone(&b)));
+                b
+            }
+        }
     }
 
     /// Ranks counted.
     pub fn ranks(&self) -> usize {
-        self.blocks.len()
+        self.blocks.all.len()
     }
 
     /// Rank `r`'s count (0 past the last rank).
     pub fn count(&self, r: usize) -> usize {
-        self.blocks.get(r).map_or(0, |b| b.len())
+        self.blocks.all.get(r).map_or(0, |b| b.len())
     }
 
     /// Rank `r`'s block in the buffer of all blocks (empty past the last rank).
     pub fn block(&self, r: usize) -> Range<usize> {
-        self.blocks.get(r).cloned().unwrap_or(0..0)
+        self.blocks.all.get(r).cloned().unwrap_or(0..0)
     }
 
     /// Elements over all ranks.
     pub fn total(&self) -> usize {
-        self.blocks.iter().map(|b| b.len()).sum()
+        self.blocks.all.iter().map(|b| b.len()).sum()
     }
 
     /// Elements of the buffer of all blocks: one past the last block's end.
     pub fn extent(&self) -> usize {
-        extent(&self.blocks)
+        extent(&self.blocks.all)
     }
 
-    /// Every block.
-    pub(crate) fn blocks(&self) -> &[Range<usize>] {
+    /// Every block, as a call takes them.
+    pub(crate) fn blocks(&self) -> &Arc<Blocks> {
         &self.blocks
     }
 

@@ -20,8 +20,10 @@ use std::sync::Arc;
 /// The blocks of a call on `counts` (all-to-all: sending on `counts`,
 /// receiving on `recv`).
 fn blocks(counts: &Counts, recv: Option<&Counts>) -> Arc<Blocks> {
-    let recv = recv.map_or_else(|| Box::new([]) as Box<[_]>, |r| r.blocks().into());
-    Arc::new(Blocks { all: counts.blocks().into(), recv })
+    match recv {
+        None => Arc::clone(counts.blocks()),
+        Some(r) => counts.paired(r),
+    }
 }
 
 impl<T: Reduce> Communicator<T> {

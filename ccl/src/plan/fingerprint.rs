@@ -328,12 +328,12 @@ mod tests {
     #[test]
     fn varying_counts_show_as_their_own_call() {
         use crate::algo::Blocks;
-        let b = Blocks { all: Blocks::packed(&[1, 2]), recv: Box::new([]) };
+        let b = Blocks::new(Blocks::packed(&[1, 2]), Box::new([]));
         let a = Fingerprint::new(Coll::AllGather, 4, name_hash("f32"), 0, 3, 0, 5);
         let v = a.varying(&b);
         assert_ne!(a.words(), v.words());
         assert!(v.to_string().starts_with("all_gatherv(counts #"), "{v}");
-        let c = Blocks { all: Blocks::packed(&[2, 1]), recv: Box::new([]) };
+        let c = Blocks::new(Blocks::packed(&[2, 1]), Box::new([]));
         assert_ne!(v.words(), a.varying(&c).words());
         let t = Fingerprint::new(Coll::AllToAll, 4, name_hash("f32"), 0, 0, 0, 5).varying(&b);
         assert_eq!(t.words(), Fingerprint::new(Coll::AllToAll, 4, name_hash("f32"), 0, 0, 0, 5).varying(&c).words());

@@ -147,6 +147,9 @@ struct Bench<'a, T: Elem, O: ReduceOp<T>> {
     coll: Coll,
     op: O,
     gpu: Option<(Gpu, Stream)>,
+    /// The counts of the varying calls of the size being timed (made once
+    /// per size, as a program keeps its counts while they hold).
+    counts: std::cell::RefCell<Option<ccl::Counts>>,
 }
 
 impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
@@ -192,8 +195,7 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
         }
     }
 
-    /// A varying call on equal counts (OSU's benchmarks time them so): the
-    /// counts made on every call, as a program whose counts change would.
+    /// A varying call on equal counts (OSU's benchmarks time them so).
     fn call_varying<I, Out>(&self, coll: Coll, input: &I, output: &mut Out, in_place: bool) -> ccl::Result<()>
     where
         I: Buffer<T> + ?Sized,
@@ -201,14 +203,19 @@ impl<T: Elem, O: ReduceOp<T>> Bench<'_, T, O> {
     {
         let (c, root, op, n) = (&self.comm, self.a.root, self.op, self.g.size());
         let count = self.count_of(input.elems(), output.elems());
-        let counts = ccl::Counts::new(&vec![count; n])?;
+        let mut kept = self.counts.borrow_mut();
+        let counts = match kept.take() {
+            Some(c) if c.count(0) == count => c,
+            _ => ccl::Counts::new(&vec![count; n])?,
+        };
+        let counts = &*kept.insert(counts);
         match (coll, in_place) {
-            (Coll::AllGatherV, false) => c.all_gatherv(input, output, &counts),
-            (Coll::AllGatherV, true) => c.all_gatherv_in_place(output, &counts),
-            (Coll::ReduceScatterV, _) => c.reduce_scatterv(input, output, &counts, op),
-            (Coll::AllToAllV, _) => c.all_to_allv(input, &counts, output, &counts),
-            (Coll::GatherV, _) => c.gatherv(input, output, &counts, root),
-            (Coll::ScatterV, _) => c.scatterv(input, output, &counts, root),
+            (Coll::AllGatherV, false) => c.all_gatherv(input, output, counts),
+            (Coll::AllGatherV, true) => c.all_gatherv_in_place(output, counts),
+            (Coll::ReduceScatterV, _) => c.reduce_scatterv(input, output, counts, op),
+            (Coll::AllToAllV, _) => c.all_to_allv(input, counts, output, counts),
+            (Coll::GatherV, _) => c.gatherv(input, output, counts, root),
+            (Coll::ScatterV, _) => c.scatterv(input, output, counts, root),
             _ => Err(ccl::Error::new(ccl::ErrorKind::InvalidArgument(format!("{} has no varying form", coll.name())))),
         }
     }
@@ -474,11 +481,11 @@ where
         }
     };
     match a.op.as_str() {
-        "sum" => Bench { comm, g, a, coll, op: Sum, gpu }.sweep(),
-        "prod" => Bench { comm, g, a, coll, op: Prod, gpu }.sweep(),
-        "min" => Bench { comm, g, a, coll, op: Min, gpu }.sweep(),
-        "max" => Bench { comm, g, a, coll, op: Max, gpu }.sweep(),
-        "avg" => Bench { comm, g, a, coll, op: Avg, gpu }.sweep(),
+        "sum" => Bench { comm, g, a, coll, op: Sum, gpu, counts: Default::default() }.sweep(),
+        "prod" => Bench { comm, g, a, coll, op: Prod, gpu, counts: Default::default() }.sweep(),
+        "min" => Bench { comm, g, a, coll, op: Min, gpu, counts: Default::default() }.sweep(),
+        "max" => Bench { comm, g, a, coll, op: Max, gpu, counts: Default::default() }.sweep(),
+        "avg" => Bench { comm, g, a, coll, op: Avg, gpu, counts: Default::default() }.sweep(),
         o => Err(ccl::Error::new(ccl::ErrorKind::InvalidArgument(format!("unknown op {o:?}")))),
     }
 }

@@ -48,6 +48,9 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
         let (li, lo) = coll.lens((n, r, root), count);
         let input: Vec<f32> = (0..li).map(|i| value(r, i)).collect();
         let mut output = vec![0f32; lo];
+        // (the varying calls' counts and displacements, made once per size)
+        let counts = vec![count as mpi::Count; n];
+        let displs: Vec<mpi::Count> = (0..n).map(|k| (k * count) as mpi::Count).collect();
         let call = |input: &[f32], output: &mut [f32]| match coll {
             Coll::AllReduce => world.all_reduce_into(input, output, SystemOperation::sum()),
             Coll::Broadcast => {
@@ -75,7 +78,7 @@ pub fn run(a: &Args, coll: Coll) -> i32 {
                 mpi::point_to_point::send_receive_into(input, &to, output, &from);
             }
             Coll::Halo => halo(&world, input, output),
-            v => varying(&world, v, (root, count), input, output),
+            v => varying(&world, v, (root, &counts, &displs), input, output),
         };
         let mut modes = Vec::new();
         for _ in 0..2 {
@@ -140,18 +143,21 @@ fn halo<C: Communicator>(world: &C, input: &[f32], output: &mut [f32]) {
     });
 }
 
-/// The varying calls on equal counts of `count` (MPI_Allgatherv,
-/// MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv), counts and displacements
-/// made on every call as ccl-perf makes them for ccl.
-fn varying<C: Communicator>(world: &C, coll: Coll, (root, count): (usize, usize), input: &[f32], output: &mut [f32]) {
-    let (n, r) = (world.size() as usize, world.rank() as usize);
-    let counts = vec![count as mpi::Count; n];
-    let displs: Vec<mpi::Count> = (0..n).map(|k| (k * count) as mpi::Count).collect();
+/// The varying calls (MPI_Allgatherv, MPI_Alltoallv, MPI_Gatherv,
+/// MPI_Scatterv) on `counts` at `displs`.
+fn varying<C: Communicator>(
+    world: &C,
+    coll: Coll,
+    (root, counts, displs): (usize, &[mpi::Count], &[mpi::Count]),
+    input: &[f32],
+    output: &mut [f32],
+) {
+    let r = world.rank() as usize;
     let at = world.process_at_rank(root as i32);
     match coll {
         Coll::AllGatherV => world.all_gather_varcount_into(input, &mut PartitionMut::new(output, counts, displs)),
         Coll::AllToAllV => {
-            let send = Partition::new(input, counts.clone(), displs.clone());
+            let send = Partition::new(input, counts, displs);
             world.all_to_all_varcount_into(&send, &mut PartitionMut::new(output, counts, displs));
         }
         Coll::GatherV if r == root => {
