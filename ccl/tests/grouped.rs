@@ -4,6 +4,7 @@
 
 mod common;
 
+use ccl::config::CheckMode;
 use ccl::testing::LocalJob;
 use ccl::{Config, ErrorKind, Sum};
 use common::{compare, input, seed};
@@ -116,5 +117,54 @@ fn a_bad_peer_is_an_error_before_anything_moves() {
         assert!(matches!(to_self.kind(), ErrorKind::InvalidArgument(_)), "{to_self}");
         assert!(matches!(beyond.kind(), ErrorKind::RankOutOfRange { rank: 2, size: 2, .. }), "{beyond}");
         assert_eq!(got, [(1 - rank) as i32; 3]);
+    }
+}
+
+#[test]
+fn collectives_in_a_group_run_beside_its_sends_and_receives() {
+    let seed = seed();
+    // checked calls too: each collective first exchanges its call, while the group's others wait
+    for (n, check) in [(2, CheckMode::Default), (3, CheckMode::Full), (4, CheckMode::Default)] {
+        let config = Config { check, ..config(Duration::from_secs(60)) };
+        let out = LocalJob::new(n).config(config).run(|g| -> Result<(), String> {
+            let (r, c) = (g.rank(), g.typed::<f64>());
+            let len = 40 << 10;
+            let (left, right) = ((r + n - 1) % n, (r + 1) % n);
+            let edge: Vec<f64> = input(seed, 1, r, len, true);
+            let mut halo = vec![0.0f64; len];
+            let grads: Vec<Vec<f64>> = (0..n).map(|k| input(seed, 2, k, len, true)).collect();
+            let parts: Vec<Vec<f64>> = (0..n).map(|k| input(seed, 3, k, 3, false)).collect();
+            let mut grad = grads[r].clone();
+            let mut params = if r == 0 { input(seed, 4, 0, 5, false) } else { vec![0.0; 5] };
+            let mut all = vec![0.0f64; 3 * n];
+            let mut mine = vec![0.0f64; len / n];
+            // the collectives in one order on every rank, the halo's two
+            // halves on either side of them or not, by rank
+            let mut halo_buf = Some(&mut halo);
+            c.grouped(|grp| {
+                if r % 2 == 0 {
+                    grp.recv(halo_buf.take().expect("once"), left)?;
+                }
+                grp.all_reduce(&mut grad, Sum)?;
+                grp.send(&edge, right)?;
+                grp.broadcast(&mut params, 0)?;
+                grp.all_gather(&parts[r], &mut all)?;
+                grp.reduce_scatter(&grads[r][..len / n * n], &mut mine, Sum)?;
+                if let Some(h) = halo_buf.take() {
+                    grp.recv(h, left)?;
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+            let sum: Vec<f64> = (0..len).map(|i| grads.iter().map(|v| v[i]).sum()).collect();
+            compare("halo", &halo, &input::<f64>(seed, 1, left, len, true), 1)?;
+            compare("all_reduce", &grad, &sum, n)?;
+            compare("broadcast", &params, &input::<f64>(seed, 4, 0, 5, false), 1)?;
+            compare("all_gather", &all, &parts.concat(), 1)?;
+            compare("reduce_scatter", &mine, &sum[r * (len / n)..(r + 1) * (len / n)], n)
+        });
+        for (rank, r) in out.into_iter().enumerate() {
+            r.unwrap_or_else(|e| panic!("{n} ranks, rank {rank}: {e} (seed {seed})"));
+        }
     }
 }
