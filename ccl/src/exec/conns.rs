@@ -8,11 +8,11 @@ use crate::transport::call_board::{Words, ENTRIES};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::{ConnKey, Geometry, RecvConn, RecvVerbs, Registry, SendConn, SendVerbs};
 use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
 
 /// What a communicator's disputed calls are posted under: its id changed
 /// so ([`Conns::post_disagreement`]).
 const DISPUTES: u64 = 0x5eed_d15b_u64 << 32;
-use std::sync::Arc;
 
 /// The connections of one communicator on this rank.
 pub struct Conns {
@@ -174,10 +174,9 @@ impl Conns {
 
     /// A call among this rank's last ones that group rank `peer` made
     /// otherwise, as far as this rank can see: (ours, theirs), the
-    /// earliest first.
-    /// Where the peer made it as this rank did but failed it, sent it
-    /// otherwise ([`post_disagreement`](Self::post_disagreement)), theirs
-    /// is what it was sent, marked [`disputed`](Fingerprint::disputed).
+    /// earliest first. Where the peer made it as this rank did but failed
+    /// it, sent it otherwise ([`post_disagreement`](Self::post_disagreement)),
+    /// theirs is what it was sent, marked [`disputed`](Fingerprint::disputed).
     pub fn disagreement(&self, peer: usize) -> Option<(Words, Words)> {
         self.recent().into_iter().find_map(|o| {
             let theirs = self.peer_call(peer, o[3]).filter(|t| *t != o).or_else(|| {
