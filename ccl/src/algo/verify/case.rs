@@ -59,7 +59,7 @@ impl Case {
         }
     }
 
-    /// Block `b` as rank `r` sees it ([`Params::block`]).
+    /// Block `b` as rank `r` sees it ([`Params::block`](crate::algo::Params::block)).
     pub(super) fn block(&self, r: usize, b: usize) -> Range<usize> {
         match &self.blocks {
             Some(v) => v[r].all[b].clone(),
