@@ -348,3 +348,28 @@ fn finalize_returns_a_mismatch_that_no_call_returned() {
         }
     }
 }
+
+#[test]
+fn varying_counts_that_do_not_fit_are_errors_before_anything_moves() {
+    let out = run_local(2, |g| {
+        let c = g.typed::<u32>();
+        let (r, counts) = (g.rank(), ccl::Counts::new(&[2, 3]).expect("counts"));
+        let mut all = vec![0u32; 5];
+        let short_send = c.all_gatherv(&[1u32], &mut all, &counts).expect_err("send of 1, count 2 or 3");
+        let short_recv = c.all_gatherv(&vec![1u32; 2 + r], &mut all[..4], &counts).expect_err("4 of 5");
+        let three = ccl::Counts::new(&[1, 1, 1]).expect("counts");
+        let ranks = c.gatherv(&[1u32], &mut all, &three, 0).expect_err("3 ranks' counts on 2");
+        // the communicator goes on: nothing of the refused calls moved
+        let mine = vec![r as u32; 2 + r];
+        c.all_gatherv(&mine, &mut all, &counts).expect("fits");
+        (short_send, short_recv, ranks, all)
+    });
+    for (rank, r) in out.into_iter().enumerate() {
+        let (send, recv, ranks, all) = r;
+        assert!(matches!(send.kind(), ErrorKind::BufferSize { what: "send buffer", got: 1, .. }), "{send}");
+        assert!(send.to_string().contains(&format!("rank {rank}, all_gatherv")), "{send}");
+        assert!(matches!(recv.kind(), ErrorKind::BufferSize { what: "recv buffer", expected: 5, got: 4 }), "{recv}");
+        assert!(ranks.to_string().contains("counts name 3 ranks, on a communicator of 2"), "{ranks}");
+        assert_eq!(all, [0, 0, 1, 1, 1]);
+    }
+}

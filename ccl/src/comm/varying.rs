@@ -28,20 +28,36 @@ fn blocks(counts: &Counts, recv: Option<&Counts>) -> Arc<Blocks> {
 
 impl<T: Reduce> Communicator<T> {
     /// `Ok` when `counts` are for this communicator, this rank's `own`
-    /// buffer (`what`) holds its count, and `all` (the buffer of every
-    /// block, where this rank has one: `Some`) reaches their extent.
+    /// buffer (`what`, where it has one apart: `Some`) holds its count,
+    /// and `all` (the buffer of every block, where this rank has one:
+    /// `Some`) reaches their extent.
     fn check_counts(
         &self,
         counts: &Counts,
-        own: (&'static str, usize),
+        own: Option<(&'static str, usize)>,
         all: Option<(&'static str, usize)>,
     ) -> Result<()> {
         counts.check_ranks("counts", self.size())?;
-        exact(own.0, counts.count(self.rank()), own.1)?;
+        if let Some((what, len)) = own {
+            exact(what, counts.count(self.rank()), len)?;
+        }
         match all {
             Some((what, len)) => exact(what, counts.extent(), len),
             None => Ok(()),
         }
+    }
+
+    /// [`check_counts`](Self::check_counts) of a rooted call, whose buffer
+    /// of every block only `root` has: a root in range first.
+    fn check_rooted(
+        &self,
+        counts: &Counts,
+        root: usize,
+        own: (&'static str, usize),
+        all: (&'static str, usize),
+    ) -> Result<()> {
+        self.group().check_root("root", root)?;
+        self.check_counts(counts, Some(own), (self.rank() == root).then_some(all))
     }
 
     /// Gathers every rank's `send` (`counts.count(rank)` elements) into
@@ -67,7 +83,7 @@ impl<T: Reduce> Communicator<T> {
         R: BufferMut<T> + ?Sized,
     {
         let (sl, rl) = (send.elems(), recv.elems());
-        let check = || self.check_counts(counts, ("send buffer", sl), Some(("recv buffer", rl)));
+        let check = || self.check_counts(counts, Some(("send buffer", sl)), Some(("recv buffer", rl)));
         let bufs = Bufs::apart(Some(send.place()), Some(recv.place_mut()));
         self.blocking_on::<NoOp>(Coll::AllGather, check, (0, 0, Some(blocks(counts, None))), bufs)
     }
@@ -75,8 +91,8 @@ impl<T: Reduce> Communicator<T> {
     /// [`all_gatherv`](Self::all_gatherv) in place: `buf` holds every
     /// block, this rank's (at `counts.block(rank)`) already in place.
     pub fn all_gatherv_in_place<B: BufferMut<T> + ?Sized>(&self, buf: &mut B, counts: &Counts) -> Result<()> {
-        let (len, own) = (buf.elems(), counts.count(self.rank()));
-        let check = || self.check_counts(counts, ("own block", own), Some(("buffer", len)));
+        let len = buf.elems();
+        let check = || self.check_counts(counts, None, Some(("buffer", len)));
         let bufs = Bufs::alone(Some(buf.place_mut()));
         self.blocking_on::<NoOp>(Coll::AllGather, check, (0, 0, Some(blocks(counts, None))), bufs)
     }
@@ -107,10 +123,7 @@ impl<T: Reduce> Communicator<T> {
         R: BufferMut<T> + ?Sized,
     {
         let (sl, rl, me) = (send.elems(), recv.elems(), self.rank());
-        let check = || {
-            self.group().check_root("root", root)?;
-            self.check_counts(counts, ("send buffer", sl), (me == root).then_some(("recv buffer", rl)))
-        };
+        let check = || self.check_rooted(counts, root, ("send buffer", sl), ("recv buffer", rl));
         let out = (me == root || rl > 0).then(|| recv.place_mut());
         let bufs = Bufs::apart(Some(send.place()), out);
         self.blocking_on::<NoOp>(Coll::Gather, check, (0, root, Some(blocks(counts, None))), bufs)
@@ -125,10 +138,7 @@ impl<T: Reduce> Communicator<T> {
         R: BufferMut<T> + ?Sized,
     {
         let (sl, rl, me) = (send.elems(), recv.elems(), self.rank());
-        let check = || {
-            self.group().check_root("root", root)?;
-            self.check_counts(counts, ("recv buffer", rl), (me == root).then_some(("send buffer", sl)))
-        };
+        let check = || self.check_rooted(counts, root, ("recv buffer", rl), ("send buffer", sl));
         let input = (me == root || sl > 0).then(|| send.place());
         let bufs = Bufs::apart(input, Some(recv.place_mut()));
         self.blocking_on::<NoOp>(Coll::Scatter, check, (0, root, Some(blocks(counts, None))), bufs)
@@ -157,7 +167,7 @@ impl<T: Reduce> Communicator<T> {
         O: ReduceOp<T>,
     {
         let (sl, rl) = (send.elems(), recv.elems());
-        let check = || self.check_counts(counts, ("recv buffer", rl), Some(("send buffer", sl)));
+        let check = || self.check_counts(counts, Some(("recv buffer", rl)), Some(("send buffer", sl)));
         let bufs = Bufs::apart(Some(send.place()), Some(recv.place_mut()));
         self.blocking_on::<O>(Coll::ReduceScatter, check, (0, 0, Some(blocks(counts, None))), bufs)
     }
@@ -220,7 +230,7 @@ impl<T: Reduce> Communicator<T> {
     /// blocks).
     pub fn iall_gatherv(&self, send: Vec<T>, counts: &Counts) -> Request<Vec<T>> {
         let sl = send.len();
-        let check = || self.check_counts(counts, ("send buffer", sl), None);
+        let check = || self.check_counts(counts, Some(("send buffer", sl)), None);
         let out = vec![T::zeroed(); counts.extent()];
         self.start_on::<NoOp>((Coll::AllGather, 0, blocks(counts, None)), check, send, out)
     }
@@ -232,7 +242,7 @@ impl<T: Reduce> Communicator<T> {
         let sl = send.len();
         let check = || {
             self.group().check_root("root", root)?;
-            self.check_counts(counts, ("send buffer", sl), None)
+            self.check_counts(counts, Some(("send buffer", sl)), None)
         };
         let out = if self.rank() == root { vec![T::zeroed(); counts.extent()] } else { Vec::new() };
         self.start_on::<NoOp>((Coll::Gather, root, blocks(counts, None)), check, send, out)
@@ -242,11 +252,9 @@ impl<T: Reduce> Communicator<T> {
     /// rank's `counts.count(rank)` elements (`send` may be empty on ranks
     /// other than `root`).
     pub fn iscatterv(&self, send: Vec<T>, counts: &Counts, root: usize) -> Request<Vec<T>> {
-        let (sl, me) = (send.len(), self.rank());
-        let out = vec![T::zeroed(); counts.count(me)];
-        let checked = self.group().check_root("root", root).and_then(|()| {
-            self.check_counts(counts, ("recv buffer", out.len()), (me == root).then_some(("send buffer", sl)))
-        });
+        let sl = send.len();
+        let out = vec![T::zeroed(); counts.count(self.rank())];
+        let checked = self.check_rooted(counts, root, ("recv buffer", out.len()), ("send buffer", sl));
         self.start_on::<NoOp>((Coll::Scatter, root, blocks(counts, None)), || checked, send, out)
     }
 
@@ -256,7 +264,7 @@ impl<T: Reduce> Communicator<T> {
     pub fn ireduce_scatterv<O: ReduceOp<T>>(&self, send: Vec<T>, counts: &Counts, _op: O) -> Request<Vec<T>> {
         let sl = send.len();
         let out = vec![T::zeroed(); counts.count(self.rank())];
-        let checked = self.check_counts(counts, ("recv buffer", out.len()), Some(("send buffer", sl)));
+        let checked = self.check_counts(counts, Some(("recv buffer", out.len())), Some(("send buffer", sl)));
         self.start_on::<O>((Coll::ReduceScatter, 0, blocks(counts, None)), || checked, send, out)
     }
 
